@@ -1,0 +1,9 @@
+//! mai-agent's domain: roles, identifiers, the task record, the tool system, config types and the
+//! capability traits (store, clock) other crates implement. This crate does no I/O.
+
+pub mod clock;
+pub mod ids;
+pub mod permission;
+pub mod role;
+pub mod store;
+pub mod task;

@@ -1,0 +1,142 @@
+//! The persistence capability the engine needs, as a trait: SQL lives behind it (`mai-store`).
+//!
+//! Writes that change a task's status take an *expected status*: the store writes only if the
+//! stored status still matches (compare-and-set), so a stale snapshot can never overwrite a
+//! concurrent terminal state.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Owner, StreamId};
+use crate::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
+
+/// What one agent-history entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryKind {
+    /// One chat message of the agent conversation (system, user, assistant or tool).
+    Message,
+    /// An instruction injected into a running or waiting task.
+    Injection,
+    /// A note for people reading the timeline (not sent to the model).
+    Note,
+}
+
+impl HistoryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryKind::Message => "message",
+            HistoryKind::Injection => "injection",
+            HistoryKind::Note => "note",
+        }
+    }
+}
+
+/// One entry of a task's ordered agent history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Position in the task's history, from 0; assigned by the store on append.
+    pub seq: u64,
+    /// The agent round the entry belongs to.
+    pub round: u32,
+    pub kind: HistoryKind,
+    pub payload: serde_json::Value,
+    pub at: DateTime<Utc>,
+}
+
+/// A new history entry, before the store numbers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewHistoryEntry {
+    pub round: u32,
+    pub kind: HistoryKind,
+    pub payload: serde_json::Value,
+    pub at: DateTime<Utc>,
+}
+
+/// Which tasks to list. Empty fields do not filter.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub owner: Option<Owner>,
+    pub stream_id: Option<StreamId>,
+    /// Any of these statuses (empty = all).
+    pub statuses: Vec<TaskStatus>,
+    pub level: Option<TaskLevel>,
+    /// At most this many, newest first (`None` = no limit).
+    pub limit: Option<u32>,
+}
+
+/// The outcome of a compare-and-set write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveOutcome {
+    Saved,
+    /// The stored status was not the expected one; nothing was written.
+    Conflict { actual: TaskStatus },
+}
+
+/// The result of resolving what a person typed as a task reference.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Found(Box<TaskRecord>),
+    /// Several tasks match; their ids, for a "which one?" answer.
+    Ambiguous(Vec<TaskId>),
+    NotFound,
+}
+
+/// A storage failure, with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("task {0} does not exist")]
+    NotFound(TaskId),
+    #[error("task {0} already exists")]
+    Duplicate(TaskId),
+    #[error("stored data is corrupt ({what}): {detail}")]
+    Corrupt { what: String, detail: String },
+    #[error("database error while {doing}: {source}")]
+    Database {
+        doing: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Task persistence. Implementations must be safe to call from many tasks at once.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Persist a new task (its whole status log included).
+    async fn insert(&self, task: &TaskRecord) -> Result<(), StoreError>;
+
+    /// Write `task`; with `expected`, only if the stored status still equals it. Appends the
+    /// status-log entries the store does not have yet (the log is append-only).
+    async fn save(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+    ) -> Result<SaveOutcome, StoreError>;
+
+    /// [`TaskStore::save`] plus appending `history` to the task's agent history, in one
+    /// transaction: both happen or neither. Returns the outcome of the compare-and-set.
+    async fn checkpoint(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+    ) -> Result<SaveOutcome, StoreError>;
+
+    async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError>;
+
+    /// A full id, a unique id prefix (hex, dashes optional), or a unique exact title.
+    async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError>;
+
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
+
+    /// Every task in an active status, oldest first (for recovery).
+    async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError>;
+
+    /// The task's agent history in order, from `from_seq` on.
+    async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError>;
+
+    /// Append to the agent history without touching the task (injections, notes).
+    async fn append_history(&self, id: TaskId, entries: &[NewHistoryEntry])
+    -> Result<(), StoreError>;
+}
