@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod ids;
+pub mod model;
 pub mod permission;
 pub mod role;
 pub mod store;
