@@ -44,7 +44,11 @@ fn check_local(kind: &'static str, input: &str, local: &str) -> Result<(), IdErr
         return Err(id_error(kind, input, "the id after the platform is empty"));
     }
     if local.contains(':') {
-        return Err(id_error(kind, input, "the id after the platform contains `:`"));
+        return Err(id_error(
+            kind,
+            input,
+            "the id after the platform contains `:`",
+        ));
     }
     if local.chars().any(char::is_whitespace) {
         return Err(id_error(kind, input, "ids contain no whitespace"));
@@ -116,7 +120,8 @@ impl FromStr for GroupId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const KIND: &str = "group id (expected `platform:group:group_id`)";
         let mut parts = s.splitn(3, ':');
-        let (Some(platform), Some(mark), Some(group_id)) = (parts.next(), parts.next(), parts.next())
+        let (Some(platform), Some(mark), Some(group_id)) =
+            (parts.next(), parts.next(), parts.next())
         else {
             return Err(id_error(KIND, s, "expected three `:`-separated parts"));
         };
@@ -232,7 +237,12 @@ mod tests {
 
     #[test]
     fn owners_round_trip_through_their_strings() {
-        for text in ["qq:12345", "telegram:alice", "planner:qq:group:42", "planner:s-1"] {
+        for text in [
+            "qq:12345",
+            "telegram:alice",
+            "planner:qq:group:42",
+            "planner:s-1",
+        ] {
             let owner: Owner = text.parse().unwrap();
             assert_eq!(owner.to_string(), text);
             let json = serde_json::to_string(&owner).unwrap();
@@ -261,7 +271,13 @@ mod tests {
             assert!(err.contains(why), "{bad}: {err}");
             assert!(err.contains(bad), "error names the input: {err}");
         }
-        for bad in ["qq:42", "qq:grp:42", "qq:group:", "planner:group:1", "qq:group:4:2"] {
+        for bad in [
+            "qq:42",
+            "qq:grp:42",
+            "qq:group:",
+            "planner:group:1",
+            "qq:group:4:2",
+        ] {
             assert!(bad.parse::<GroupId>().is_err(), "{bad}");
         }
         assert!(StreamId::new("  ").is_err());

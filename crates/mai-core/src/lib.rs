@@ -2,9 +2,11 @@
 //! capability traits (store, clock) other crates implement. This crate does no I/O.
 
 pub mod clock;
+pub mod config;
 pub mod ids;
 pub mod model;
 pub mod permission;
 pub mod role;
 pub mod store;
 pub mod task;
+pub mod tool;

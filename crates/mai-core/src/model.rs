@@ -361,13 +361,19 @@ fn status_hint(status: u16) -> &'static str {
             "check [llm].base_url (usually ends in /v1) and that the model name in [llm].models \
              exists"
         }
-        408 | 429 => "the provider is busy or rate-limiting; retried with backoff",
+        408 | 429 => {
+            "the provider is rate-limiting or busy; such answers are retried up to [llm].max_retries \
+             times, honouring Retry-After up to [llm].max_retry_after_secs"
+        }
         413 => "the conversation is too long for this model; shorten it or use a larger model",
         400 | 422 => {
             "the provider rejected the request; check the model name in [llm].models and that \
              it supports tool calling"
         }
-        500..=599 => "the provider had an internal error; retried with backoff",
+        500..=599 => {
+            "the provider had an internal error; such answers are retried up to [llm].max_retries \
+             times"
+        }
         _ => "check the [llm] settings and the provider's status",
     }
 }

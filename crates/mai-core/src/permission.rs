@@ -101,11 +101,15 @@ impl PermissionResolver {
             };
         }
         // Rule 2: everyone in an admin group.
-        if group.as_ref().is_some_and(|g| self.admin_groups.contains(g)) {
+        if group
+            .as_ref()
+            .is_some_and(|g| self.admin_groups.contains(g))
+        {
             return Role::Admin;
         }
         // Rule 3: listed users, then user groups.
-        if self.users.contains(&person) || group.as_ref().is_some_and(|g| self.user_groups.contains(g))
+        if self.users.contains(&person)
+            || group.as_ref().is_some_and(|g| self.user_groups.contains(g))
         {
             return Role::User;
         }
@@ -180,7 +184,10 @@ mod tests {
         })
         .unwrap_err();
         let text = err.to_string();
-        assert!(text.starts_with("config [permission].admin_groups[1]:"), "{text}");
+        assert!(
+            text.starts_with("config [permission].admin_groups[1]:"),
+            "{text}"
+        );
         assert!(text.contains("qq:900"), "{text}");
 
         let err = PermissionResolver::new(&PermissionConfig {

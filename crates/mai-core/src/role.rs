@@ -89,7 +89,10 @@ mod tests {
         assert!(Role::Guest < Role::User && Role::User < Role::Admin);
         for role in Role::ALL {
             for minimum in Role::ALL {
-                assert_eq!(require(role, minimum).is_ok(), role.index() >= minimum.index());
+                assert_eq!(
+                    require(role, minimum).is_ok(),
+                    role.index() >= minimum.index()
+                );
             }
         }
         let err = require(Role::User, Role::Admin).unwrap_err();

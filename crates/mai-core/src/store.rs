@@ -71,7 +71,9 @@ pub struct TaskFilter {
 pub enum SaveOutcome {
     Saved,
     /// The stored status was not the expected one; nothing was written.
-    Conflict { actual: TaskStatus },
+    Conflict {
+        actual: TaskStatus,
+    },
 }
 
 /// The result of resolving what a person typed as a task reference.
@@ -137,6 +139,9 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError>;
 
     /// Append to the agent history without touching the task (injections, notes).
-    async fn append_history(&self, id: TaskId, entries: &[NewHistoryEntry])
-    -> Result<(), StoreError>;
+    async fn append_history(
+        &self,
+        id: TaskId,
+        entries: &[NewHistoryEntry],
+    ) -> Result<(), StoreError>;
 }

@@ -347,7 +347,10 @@ mod tests {
         let legal: &[(TaskStatus, &[TaskStatus])] = &[
             (Scheduled, &[Pending, Cancelled]),
             (Pending, &[Running, Cancelled, Scheduled, Failed]),
-            (Running, &[WaitingInput, Paused, Completed, Failed, Cancelled]),
+            (
+                Running,
+                &[WaitingInput, Paused, Completed, Failed, Cancelled],
+            ),
             (WaitingInput, &[Running, Paused, Cancelled, Failed]),
             (Paused, &[Pending, Cancelled]),
             (Completed, &[]),
@@ -365,10 +368,17 @@ mod tests {
                     assert!(result.is_ok(), "{from} -> {to} must be legal");
                     assert_eq!(task.status, to);
                     let last = task.status_log.last().unwrap();
-                    assert_eq!((last.status, &*last.actor, &*last.reason), (to, "tester", "because"));
+                    assert_eq!(
+                        (last.status, &*last.actor, &*last.reason),
+                        (to, "tester", "because")
+                    );
                     assert_eq!(task.status_log.len(), before.status_log.len() + 1);
                 } else {
-                    assert_eq!(result, Err(IllegalTransition { from, to }), "{from} -> {to}");
+                    assert_eq!(
+                        result,
+                        Err(IllegalTransition { from, to }),
+                        "{from} -> {to}"
+                    );
                     assert_eq!(task, before, "a refused transition changes nothing");
                 }
             }
@@ -404,7 +414,8 @@ mod tests {
     fn records_round_trip_through_json() {
         let now = Utc::now();
         let mut task = sample(now);
-        task.transition(Running, "scheduler", "dispatched", now).unwrap();
+        task.transition(Running, "scheduler", "dispatched", now)
+            .unwrap();
         task.metadata.pause_cause = Some(PauseCause::Stop);
         task.metadata.parent_task_id = Some(TaskId::new());
         task.metadata.answer = Some("42 %".into());

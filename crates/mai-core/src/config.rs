@@ -1,0 +1,578 @@
+//! Typed configuration (SYSTEM.md §11): one TOML document, every section with defaults, every
+//! value overridable from the environment as `MAI_AGENT__<SECTION>__<KEY>`.
+//!
+//! Parsing and validation live here and do no I/O: the binary reads the file and the environment
+//! and hands both in. Errors name the key and say what is expected.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::permission::{PermissionConfig, PermissionConfigError, PermissionResolver};
+
+/// The prefix of environment overrides: `MAI_AGENT__TASK__MAX_ROUNDS=50`.
+pub const ENV_PREFIX: &str = "MAI_AGENT__";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub llm: LlmConfig,
+    pub permission: PermissionConfig,
+    pub task: TaskConfig,
+    pub planner_board: PlannerBoardConfig,
+    pub polish: PolishConfig,
+    pub splitter: SplitterConfig,
+    pub send: SendConfig,
+    pub mcp: McpConfig,
+    pub search: SearchConfig,
+    pub subagent: SubagentConfig,
+    pub shell: ShellConfig,
+    pub files: FilesConfig,
+    pub plugin_api: PluginApiConfig,
+    pub storage: StorageConfig,
+    pub prompts: PromptsConfig,
+}
+
+/// `[llm]`: the OpenAI-compatible model API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Base URL of an OpenAI-compatible API, up to and including `/v1`.
+    pub base_url: String,
+    /// The API key itself (prefer `api_key_env` or `MAI_AGENT__LLM__API_KEY`).
+    pub api_key: Option<String>,
+    /// Name of an environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Default model for every purpose that names none.
+    pub model: String,
+    /// Model for agent loops (falls back to `model`).
+    pub agent_model: Option<String>,
+    /// Model for polishing replies (falls back to `model`).
+    pub replyer_model: Option<String>,
+    /// Model for titles (falls back to `model`).
+    pub title_model: Option<String>,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            base_url: "https://api.openai.com/v1".into(),
+            api_key: None,
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            model: "gpt-4o-mini".into(),
+            agent_model: None,
+            replyer_model: None,
+            title_model: None,
+            timeout_secs: 120,
+            max_retries: 3,
+        }
+    }
+}
+
+/// `[task]`: limits of the scheduler and the agent loop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskConfig {
+    pub max_concurrent_tasks: u32,
+    /// 0 = unlimited.
+    pub max_runtime_min: u32,
+    /// How long `ask_user` waits for an answer.
+    pub default_timeout_min: u32,
+    pub max_rounds: u32,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            max_concurrent_tasks: 4,
+            max_runtime_min: 0,
+            default_timeout_min: 10,
+            max_rounds: 30,
+        }
+    }
+}
+
+/// `[planner_board]`: the context block the planner gets before each request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlannerBoardConfig {
+    pub enabled: bool,
+    pub max_waiting: u32,
+}
+
+impl Default for PlannerBoardConfig {
+    fn default() -> Self {
+        PlannerBoardConfig {
+            enabled: true,
+            max_waiting: 5,
+        }
+    }
+}
+
+/// `[polish]`: rewriting machine output into a chat reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolishConfig {
+    pub enabled: bool,
+    pub use_jargon: bool,
+}
+
+impl Default for PolishConfig {
+    fn default() -> Self {
+        PolishConfig {
+            enabled: true,
+            use_jargon: true,
+        }
+    }
+}
+
+/// `[splitter]`: cutting long replies into chat-sized messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SplitterConfig {
+    pub enable: bool,
+    pub max_length: u32,
+    pub max_messages: u32,
+}
+
+impl Default for SplitterConfig {
+    fn default() -> Self {
+        SplitterConfig {
+            enable: true,
+            max_length: 1000,
+            max_messages: 5,
+        }
+    }
+}
+
+/// `[send]`: delivery retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SendConfig {
+    pub max_retries: u32,
+}
+
+impl Default for SendConfig {
+    fn default() -> Self {
+        SendConfig { max_retries: 3 }
+    }
+}
+
+/// How mai-agent talks to one MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum McpTransport {
+    #[default]
+    Stdio,
+    Http,
+    Sse,
+}
+
+/// One entry of `[[mcp.servers]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub name: String,
+    #[serde(default)]
+    pub transport: McpTransport,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default = "default_startup_timeout")]
+    pub startup_timeout_secs: u64,
+    #[serde(default = "default_call_timeout")]
+    pub call_timeout_secs: u64,
+}
+
+fn default_startup_timeout() -> u64 {
+    10
+}
+
+fn default_call_timeout() -> u64 {
+    60
+}
+
+/// `[mcp]`: MCP client servers and the native fetch tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    pub enabled: bool,
+    pub servers: Vec<McpServerConfig>,
+    pub fetch_enabled: bool,
+    pub fetch_block_internal: bool,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enabled: true,
+            servers: Vec::new(),
+            fetch_enabled: false,
+            fetch_block_internal: true,
+        }
+    }
+}
+
+/// `[search]`: limits of the information tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    pub max_results: u32,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig { max_results: 20 }
+    }
+}
+
+/// `[subagent]`: in-process helper loops.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentConfig {
+    pub enabled: bool,
+    pub max_parallel_subagents: u32,
+    pub max_rounds: u32,
+    pub max_result_chars: u32,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        SubagentConfig {
+            enabled: true,
+            max_parallel_subagents: 3,
+            max_rounds: 10,
+            max_result_chars: 4000,
+        }
+    }
+}
+
+/// `[shell]`: `run_command` for admin tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShellConfig {
+    /// Off by default: planner-created tasks run as admin, so a host that enables the shell
+    /// trusts its planner with the machine.
+    pub enabled: bool,
+    pub timeout_seconds: u64,
+    pub max_output_chars: u32,
+    /// Confine commands with Landlock where the kernel supports it.
+    pub sandbox: bool,
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        ShellConfig {
+            enabled: false,
+            timeout_seconds: 60,
+            max_output_chars: 8000,
+            sandbox: false,
+        }
+    }
+}
+
+/// `[files]`: the `read`/`write` sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesConfig {
+    /// Let admin tasks reach the whole host filesystem.
+    pub admin_open: bool,
+    pub max_read_bytes: u64,
+    pub max_write_bytes: u64,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        FilesConfig {
+            admin_open: false,
+            max_read_bytes: 256 * 1024,
+            max_write_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// `[plugin_api]`: host plugin APIs exposed as `call_*` tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginApiConfig {
+    pub allowlist: Vec<String>,
+}
+
+/// `[storage]`: where tasks live.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// A database URL; default: `sqlite://<data_dir>/mai-agent.db`.
+    pub url: Option<String>,
+}
+
+/// `[prompts]`: where prompt templates may be overridden.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PromptsConfig {
+    pub templates_dir: Option<PathBuf>,
+}
+
+/// A configuration that cannot be used, with the key at fault and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config is not valid TOML or has a wrong key or type: {0}")]
+    Syntax(String),
+    #[error("environment override {var}: {reason}")]
+    Env { var: String, reason: String },
+    #[error(transparent)]
+    Permission(#[from] PermissionConfigError),
+    #[error("config [{section}].{key} {problem}")]
+    Invalid {
+        section: &'static str,
+        key: &'static str,
+        problem: String,
+    },
+}
+
+impl Config {
+    /// Parse a TOML document, apply environment overrides, validate.
+    pub fn parse<I>(toml_text: &str, env: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let mut table: toml::Table =
+            toml::from_str(toml_text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        apply_env_overrides(&mut table, env)?;
+        let config: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The built-in defaults with environment overrides applied.
+    pub fn from_env<I>(env: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        Config::parse("", env)
+    }
+
+    /// Checks that types alone cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn at_least(
+            section: &'static str,
+            key: &'static str,
+            value: u64,
+            min: u64,
+        ) -> Result<(), ConfigError> {
+            if value < min {
+                return Err(ConfigError::Invalid {
+                    section,
+                    key,
+                    problem: format!("must be ≥ {min}, got {value}"),
+                });
+            }
+            Ok(())
+        }
+        at_least(
+            "task",
+            "max_concurrent_tasks",
+            self.task.max_concurrent_tasks.into(),
+            1,
+        )?;
+        at_least("task", "max_rounds", self.task.max_rounds.into(), 1)?;
+        at_least(
+            "task",
+            "default_timeout_min",
+            self.task.default_timeout_min.into(),
+            1,
+        )?;
+        at_least(
+            "splitter",
+            "max_length",
+            self.splitter.max_length.into(),
+            16,
+        )?;
+        at_least(
+            "splitter",
+            "max_messages",
+            self.splitter.max_messages.into(),
+            1,
+        )?;
+        at_least(
+            "subagent",
+            "max_parallel_subagents",
+            self.subagent.max_parallel_subagents.into(),
+            1,
+        )?;
+        at_least("subagent", "max_rounds", self.subagent.max_rounds.into(), 1)?;
+        at_least(
+            "subagent",
+            "max_result_chars",
+            self.subagent.max_result_chars.into(),
+            100,
+        )?;
+        at_least("shell", "timeout_seconds", self.shell.timeout_seconds, 1)?;
+        at_least(
+            "shell",
+            "max_output_chars",
+            self.shell.max_output_chars.into(),
+            100,
+        )?;
+        at_least("search", "max_results", self.search.max_results.into(), 1)?;
+        at_least("llm", "timeout_secs", self.llm.timeout_secs, 1)?;
+        if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
+        {
+            return Err(ConfigError::Invalid {
+                section: "llm",
+                key: "base_url",
+                problem: format!(
+                    "must start with http:// or https://, got `{}`",
+                    self.llm.base_url
+                ),
+            });
+        }
+        let mut names = std::collections::HashSet::new();
+        for server in &self.mcp.servers {
+            if !names.insert(server.name.as_str()) {
+                return Err(ConfigError::Invalid {
+                    section: "mcp",
+                    key: "servers",
+                    problem: format!(
+                        "has two servers named `{}`; names must be unique",
+                        server.name
+                    ),
+                });
+            }
+        }
+        PermissionResolver::new(&self.permission)?;
+        Ok(())
+    }
+
+    /// The permission resolver of this config (validated in [`Config::parse`]).
+    pub fn permission_resolver(&self) -> Result<PermissionResolver, PermissionConfigError> {
+        PermissionResolver::new(&self.permission)
+    }
+}
+
+/// Applies `MAI_AGENT__SECTION__KEY=value`. Values are read as TOML when they parse as a TOML
+/// value (numbers, booleans, arrays), else taken as strings.
+fn apply_env_overrides<I>(table: &mut toml::Table, env: I) -> Result<(), ConfigError>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    for (var, raw) in env {
+        let Some(path) = var.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        let parts: Vec<String> = path.split("__").map(str::to_lowercase).collect();
+        let [section, key] = parts.as_slice() else {
+            return Err(ConfigError::Env {
+                var,
+                reason: "expected MAI_AGENT__<SECTION>__<KEY>".into(),
+            });
+        };
+        let value = parse_env_value(&raw);
+        let entry = table
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(section_table) = entry else {
+            return Err(ConfigError::Env {
+                var,
+                reason: format!("[{section}] is not a section"),
+            });
+        };
+        section_table.insert(key.clone(), value);
+    }
+    Ok(())
+}
+
+fn parse_env_value(raw: &str) -> toml::Value {
+    let probe = format!("v = {raw}");
+    match toml::from_str::<toml::Table>(&probe) {
+        Ok(mut table) => table
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.to_owned())),
+        Err(_) => toml::Value::String(raw.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let config = Config::from_env(env(&[])).unwrap();
+        assert_eq!(config.task.max_concurrent_tasks, 4);
+        assert_eq!(config.task.max_rounds, 30);
+        assert_eq!(config.task.default_timeout_min, 10);
+        assert_eq!(config.splitter.max_length, 1000);
+        assert_eq!(config.subagent.max_parallel_subagents, 3);
+        assert_eq!(config.shell.max_output_chars, 8000);
+        assert!(config.mcp.fetch_block_internal);
+        assert!(config.plugin_api.allowlist.is_empty());
+        assert!(!config.files.admin_open);
+    }
+
+    #[test]
+    fn env_overrides_win_over_the_file() {
+        let text = "[task]\nmax_rounds = 12\n[llm]\nbase_url = \"http://a/v1\"\n";
+        let config = Config::parse(
+            text,
+            env(&[
+                ("MAI_AGENT__TASK__MAX_ROUNDS", "50"),
+                ("MAI_AGENT__LLM__BASE_URL", "http://127.0.0.1:9/v1"),
+                ("MAI_AGENT__LLM__API_KEY", "sk-123"),
+                ("MAI_AGENT__PERMISSION__ADMINS", "[\"qq:1\"]"),
+                ("OTHER", "ignored"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.task.max_rounds, 50);
+        assert_eq!(config.llm.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(config.llm.api_key.as_deref(), Some("sk-123"));
+        assert_eq!(config.permission.admins, ["qq:1"]);
+    }
+
+    #[test]
+    fn bad_config_is_reported_precisely() {
+        let err = Config::parse("[task]\nmax_concurrent_tasks = 0\n", env(&[])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config [task].max_concurrent_tasks must be ≥ 1, got 0"
+        );
+        let err = Config::parse("[task]\nmax_rounds = \"many\"\n", env(&[])).unwrap_err();
+        assert!(err.to_string().contains("max_rounds"), "{err}");
+        let err = Config::parse("[task]\nmax_round = 3\n", env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `max_round`"),
+            "{err}"
+        );
+        let err = Config::parse("[permission]\nadmins = [\"root\"]\n", env(&[])).unwrap_err();
+        assert!(err.to_string().contains("[permission].admins[0]"), "{err}");
+        let err = Config::from_env(env(&[("MAI_AGENT__TASK", "1")])).unwrap_err();
+        assert!(err.to_string().contains("MAI_AGENT__TASK"), "{err}");
+        let err = Config::parse(
+            "[[mcp.servers]]\nname = \"a\"\n[[mcp.servers]]\nname = \"a\"\n",
+            env(&[]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("two servers named `a`"), "{err}");
+    }
+}
