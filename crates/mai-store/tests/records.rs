@@ -1,0 +1,247 @@
+//! Records on a real SQLite file: round trips, reopening, pragmas, schema version, corruption.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // fixtures panic on setup failure
+
+mod common;
+
+use chrono::Duration;
+use common::{at, file_store, owner, stream, task};
+use mai_core::store::{SaveOutcome, StoreError, TaskStore};
+use mai_core::task::{PauseCause, TaskId, TaskLevel, TaskStatus, Trigger};
+use mai_store::SqliteStore;
+use sqlx::Connection;
+use sqlx::sqlite::SqliteConnection;
+
+fn full_record() -> mai_core::task::TaskRecord {
+    let mut task = task("disk \"usage\" — 磁盘 🚀", 0);
+    task.intent = "check the disk\nand report".into();
+    task.level = TaskLevel::Instant;
+    task.owner = owner("planner:qq:group:42");
+    task.stream_id = stream("qq:group:42");
+    task.platform = "qq".into();
+    task.reply_stream_id = Some(stream("qq:private:7"));
+    task.trigger = Trigger::Cron {
+        expr: "0 18 * * *".into(),
+    };
+    task.scheduled_at = Some(at(3600));
+    task.priority = -3;
+    task.max_runtime_min = 15;
+    task.transition(TaskStatus::Running, "scheduler", "dispatched", at(5))
+        .unwrap();
+    task.transition(TaskStatus::Paused, "qq:1", "asked to pause", at(9))
+        .unwrap();
+    task.metadata.pause_cause = Some(PauseCause::User);
+    task.metadata.answer = Some("42 %".into());
+    task.metadata.error = Some("none yet".into());
+    task.metadata.parent_task_id = Some(TaskId::new());
+    task.metadata.rounds = 7;
+    task.metadata.history_len = 19;
+    task.metadata.pending_question = Some("which disk?".into());
+    task.metadata.cron_runs = 3;
+    task.metadata.runtime_secs = 4242;
+    task
+}
+
+#[tokio::test]
+async fn a_full_record_round_trips_through_a_sqlite_file() {
+    let fs = file_store().await;
+    let task = full_record();
+    assert_eq!(task.started_at, Some(at(5)));
+    assert_eq!(task.status_log.len(), 3);
+    fs.store.insert(&task).await.unwrap();
+
+    let back = fs.store.get(task.id).await.unwrap().expect("stored");
+    assert_eq!(
+        back, task,
+        "every field, the metadata and the status log survive"
+    );
+    assert_eq!(
+        back.created_at.timestamp_subsec_nanos(),
+        task.created_at.timestamp_subsec_nanos()
+    );
+    assert_eq!(fs.store.get(TaskId::new()).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn inserting_an_existing_id_is_a_duplicate() {
+    let fs = file_store().await;
+    let task = task("once", 0);
+    fs.store.insert(&task).await.unwrap();
+    let error = fs.store.insert(&task).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::Duplicate(id) if id == task.id),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn saving_a_task_that_was_never_inserted_is_not_found() {
+    let fs = file_store().await;
+    let task = task("ghost", 0);
+    for expected in [None, Some(TaskStatus::Pending)] {
+        let error = fs.store.save(&task, expected).await.unwrap_err();
+        assert!(
+            matches!(error, StoreError::NotFound(id) if id == task.id),
+            "{error}"
+        );
+    }
+    assert_eq!(fs.store.get(task.id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn reopening_the_file_finds_the_data_again() {
+    let fs = file_store().await;
+    let mut task = full_record();
+    fs.store.insert(&task).await.unwrap();
+    task.transition(TaskStatus::Pending, "qq:1", "resumed", at(20))
+        .unwrap();
+    task.metadata.history_len = 2;
+    let history = [common::message(1, "a"), common::message(2, "b")];
+    let outcome = fs
+        .store
+        .checkpoint(&task, Some(TaskStatus::Paused), &history)
+        .await
+        .unwrap();
+    assert_eq!(outcome, SaveOutcome::Saved);
+    let path = fs.path();
+    fs.store.close().await;
+    drop(fs.store);
+
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(reopened.get(task.id).await.unwrap(), Some(task.clone()));
+    let stored: Vec<_> = reopened
+        .history(task.id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.payload["content"].clone())
+        .collect();
+    assert_eq!(stored, ["a", "b"]);
+    assert_eq!(reopened.schema_version().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn open_creates_missing_directories_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/deeper/tasks.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert!(path.is_file());
+    store.insert(&task("first", 0)).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_pool_runs_with_wal_normal_sync_foreign_keys_and_a_busy_timeout() {
+    let fs = file_store().await;
+    let settings = fs.store.connection_settings().await.unwrap();
+    assert_eq!(settings.journal_mode, "wal");
+    assert_eq!(settings.synchronous, 1, "NORMAL");
+    assert!(settings.foreign_keys);
+    assert!(settings.busy_timeout_ms >= 1000, "{settings:?}");
+}
+
+#[tokio::test]
+async fn the_schema_version_is_the_newest_migration() {
+    let fs = file_store().await;
+    assert_eq!(SqliteStore::latest_schema_version(), 1);
+    assert_eq!(fs.store.schema_version().await.unwrap(), 1);
+    let memory = SqliteStore::open_in_memory().await.unwrap();
+    assert_eq!(memory.schema_version().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
+    let fs = file_store().await;
+    let task = task("kept", 0);
+    fs.store.insert(&task).await.unwrap();
+    fs.store.close().await;
+    let url = format!("sqlite://{}", fs.path().display());
+    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (7, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let error = SqliteStore::open(fs.path()).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("schema version 7")
+            && message.contains("newer")
+            && message.contains("(1)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("upgrade mai-agent"),
+        "says what to do: {message}"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_row_is_reported_naming_the_task() {
+    let fs = file_store().await;
+    let good = task("good", 0);
+    let bad = task("bad", 1);
+    fs.store.insert(&good).await.unwrap();
+    fs.store.insert(&bad).await.unwrap();
+    let url = format!("sqlite://{}", fs.path().display());
+    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE tasks SET record = '{\"not\": \"a task\"}' WHERE title = 'bad'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    assert_eq!(fs.store.get(good.id).await.unwrap(), Some(good.clone()));
+    for error in [
+        fs.store.get(bad.id).await.unwrap_err(),
+        fs.store.list(&Default::default()).await.unwrap_err(),
+    ] {
+        match &error {
+            StoreError::Corrupt { what, .. } => {
+                assert!(what.contains(&bad.id.to_string()), "{error}")
+            }
+            other => panic!("expected Corrupt, got {other}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_status_log_cannot_be_rewritten_even_by_hand() {
+    let fs = file_store().await;
+    let task = task("logged", 0);
+    fs.store.insert(&task).await.unwrap();
+    let url = format!("sqlite://{}", fs.path().display());
+    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    let error = sqlx::query("UPDATE task_status_log SET reason = 'rewritten'")
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("append-only"), "{error}");
+    conn.close().await.unwrap();
+    assert_eq!(fs.store.get(task.id).await.unwrap(), Some(task));
+}
+
+#[tokio::test]
+async fn an_in_memory_store_keeps_its_data_while_open() {
+    let store = SqliteStore::open_in_memory().await.unwrap();
+    let mut task = task("memory", 0);
+    store.insert(&task).await.unwrap();
+    task.transition(
+        TaskStatus::Running,
+        "scheduler",
+        "go",
+        at(1) + Duration::nanoseconds(1),
+    )
+    .unwrap();
+    assert_eq!(
+        store.save(&task, Some(TaskStatus::Pending)).await.unwrap(),
+        SaveOutcome::Saved
+    );
+    assert_eq!(store.get(task.id).await.unwrap(), Some(task));
+    assert_eq!(
+        store.connection_settings().await.unwrap().journal_mode,
+        "memory"
+    );
+}
