@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod host;
 pub mod ids;
 pub mod model;
 pub mod permission;

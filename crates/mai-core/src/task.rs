@@ -181,14 +181,37 @@ pub enum PauseCause {
     Stop,
 }
 
+/// The question a `waiting_input` task asked, and the tool call the answer will complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingQuestion {
+    /// The id of the model's `ask_user` call; the answer becomes its tool result.
+    pub call_id: String,
+    pub question: String,
+    pub asked_at: DateTime<Utc>,
+}
+
+/// Progress of delivering a reply, so a restart neither loses nor repeats parts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryProgress {
+    /// The final (polished, split) parts, fixed before the first is sent.
+    pub parts: Vec<String>,
+    /// How many parts were sent.
+    pub sent: usize,
+}
+
 /// Typed metadata of a task: everything the engine remembers about it beyond the core fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TaskMetadata {
+    /// The group of the task's stream (`None` = a private chat); the owner's role is resolved
+    /// per stream, so it is needed on every tool call.
+    pub group_id: Option<String>,
     /// Set while paused; `Stop` means "paused by stop".
     pub pause_cause: Option<PauseCause>,
-    /// The final answer of a completed agent task, or the text an instant task delivers.
+    /// The final answer of an agent task, or the text an instant task delivers.
     pub answer: Option<String>,
+    /// Deliver `answer` as is: failure notices and command replies are never polished.
+    pub raw: bool,
     /// Why the task failed, for people.
     pub error: Option<String>,
     /// The task that created this one (`create_subtask`, reply tasks).
@@ -197,8 +220,10 @@ pub struct TaskMetadata {
     pub rounds: u32,
     /// Number of agent-history entries already checkpointed (the resume watermark).
     pub history_len: u64,
-    /// The question a `waiting_input` task asked.
-    pub pending_question: Option<String>,
+    /// Set while `waiting_input`.
+    pub waiting: Option<WaitingQuestion>,
+    /// Set while an instant task delivers its text.
+    pub delivery: Option<DeliveryProgress>,
     /// How many times a cron task has fired.
     pub cron_runs: u32,
     /// Seconds spent running so far (paused and waiting time excluded).
