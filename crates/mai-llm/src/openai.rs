@@ -1,0 +1,460 @@
+//! The OpenAI Chat Completions wire format: building request bodies and leniently reading
+//! non-streamed answers.
+//!
+//! Owns every provider quirk of a whole response (string-or-object tool arguments, missing ids,
+//! `null` or multi-part content, `reasoning_content`, missing `finish_reason`/`usage`, errors in a
+//! 200 body). Pure functions on JSON: no HTTP, no retries (see `client` and `retry`); streamed
+//! chunks are assembled in `stream`.
+
+use mai_core::model::{
+    ChatMessage, ChatRequest, ChatResponse, FinishReason, MessageRole, ToolCall, Usage,
+};
+use serde_json::{Map, Value, json};
+
+/// Why an answer body could not be turned into a `ChatResponse`; the client adds the URL.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum WireError {
+    /// Not a chat completion (not JSON, no choices…).
+    Invalid(String),
+    /// The provider put an error object in the body.
+    Provider { message: String, retryable: bool },
+}
+
+/// Options of the request body that come from configuration rather than the request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyOptions {
+    pub stream: bool,
+    pub stream_include_usage: bool,
+    pub send_reasoning_content: bool,
+}
+
+/// The JSON body of a Chat Completions request.
+pub(crate) fn request_body(req: &ChatRequest, model: &str, options: BodyOptions) -> Value {
+    let messages: Vec<Value> = req
+        .messages
+        .iter()
+        .map(|m| message_to_wire(m, options.send_reasoning_content))
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("messages".into(), Value::Array(messages));
+    // An empty `tools` array is rejected by several providers, so leave the key out.
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    }
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(temperature) = req.temperature {
+        body.insert("temperature".into(), json!(temperature));
+    }
+    if let Some(max_tokens) = req.max_tokens {
+        body.insert("max_tokens".into(), json!(max_tokens));
+    }
+    if options.stream {
+        body.insert("stream".into(), json!(true));
+        if options.stream_include_usage {
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+    }
+    Value::Object(body)
+}
+
+fn message_to_wire(message: &ChatMessage, send_reasoning: bool) -> Value {
+    let mut wire = Map::new();
+    wire.insert("role".into(), json!(message.role.as_str()));
+    // Assistant turns that only call tools carry `null` content: some providers reject "".
+    let content = if message.role == MessageRole::Assistant
+        && message.content.is_empty()
+        && !message.tool_calls.is_empty()
+    {
+        Value::Null
+    } else {
+        json!(message.content)
+    };
+    wire.insert("content".into(), content);
+    if !message.tool_calls.is_empty() {
+        let calls: Vec<Value> = message
+            .tool_calls
+            .iter()
+            .map(|call| {
+                json!({
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": arguments_to_wire(&call.arguments)},
+                })
+            })
+            .collect();
+        wire.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if let Some(id) = &message.tool_call_id {
+        wire.insert("tool_call_id".into(), json!(id));
+    }
+    if send_reasoning && let Some(reasoning) = &message.reasoning_content {
+        wire.insert("reasoning_content".into(), json!(reasoning));
+    }
+    Value::Object(wire)
+}
+
+/// The wire wants arguments as a JSON string. Unparseable arguments were kept as the raw string
+/// the model produced, so they go back verbatim (the model sees what it actually sent).
+fn arguments_to_wire(arguments: &Value) -> String {
+    match arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads a non-streamed Chat Completions answer.
+pub(crate) fn parse_completion(body: &[u8]) -> Result<ChatResponse, WireError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        WireError::Invalid(format!(
+            "body is not JSON ({e}); it starts with {:?}",
+            excerpt(&String::from_utf8_lossy(body), 200)
+        ))
+    })?;
+    if let Some(error) = provider_error(&value) {
+        return Err(error);
+    }
+    let choice = value
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|choices| choices.first())
+        .ok_or_else(|| WireError::Invalid("the answer has no `choices`".to_owned()))?;
+    let message = choice
+        .get("message")
+        .or_else(|| choice.get("delta"))
+        .unwrap_or(&Value::Null);
+
+    let mut tool_calls: Vec<ToolCall> = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .enumerate()
+                .map(|(position, call)| {
+                    let function = call.get("function").unwrap_or(&Value::Null);
+                    ToolCall {
+                        id: non_empty_str(call.get("id"))
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| generated_call_id(position as u64)),
+                        name: non_empty_str(function.get("name"))
+                            .unwrap_or_default()
+                            .to_owned(),
+                        arguments: parse_arguments(function.get("arguments")),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // The pre-tools `function_call` shape, still produced by some older servers.
+    if tool_calls.is_empty()
+        && let Some(function) = message.get("function_call").filter(|f| f.is_object())
+    {
+        tool_calls.push(ToolCall {
+            id: generated_call_id(0),
+            name: non_empty_str(function.get("name"))
+                .unwrap_or_default()
+                .to_owned(),
+            arguments: parse_arguments(function.get("arguments")),
+        });
+    }
+
+    let reasoning_content = non_empty_str(message.get("reasoning_content"))
+        .or_else(|| non_empty_str(message.get("reasoning")))
+        .map(str::to_owned);
+    let content = content_text(message.get("content"));
+    let finish_reason = finish_reason(
+        choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        !tool_calls.is_empty(),
+    );
+    Ok(ChatResponse {
+        message: ChatMessage {
+            reasoning_content,
+            ..ChatMessage::assistant_with_tool_calls(content, tool_calls)
+        },
+        finish_reason,
+        usage: parse_usage(value.get("usage")),
+    })
+}
+
+/// The id for a tool call the provider sent without one. Derived from the call's position so the
+/// same answer always gets the same ids (replays and checkpoints stay consistent).
+pub(crate) fn generated_call_id(index: u64) -> String {
+    format!("call_{index}")
+}
+
+/// A missing `finish_reason` is inferred from whether tools were called; a provider that says
+/// `stop` while calling tools is corrected, so callers can trust `ToolCalls` to mean "run tools".
+pub(crate) fn finish_reason(raw: Option<String>, has_tool_calls: bool) -> FinishReason {
+    match raw.filter(|r| !r.is_empty()).map(FinishReason::from) {
+        Some(FinishReason::Stop) | None if has_tool_calls => FinishReason::ToolCalls,
+        Some(reason) => reason,
+        None => FinishReason::Stop,
+    }
+}
+
+/// Tool arguments arrive as a JSON string (OpenAI), an object (several local servers), a
+/// double-encoded string, an empty string or nothing (no-argument tools). Invalid JSON is kept as
+/// the raw string so the tool gate can tell the model what was wrong.
+pub(crate) fn parse_arguments(raw: Option<&Value>) -> Value {
+    match raw {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(Value::String(text)) => parse_argument_text(text),
+        Some(other) => other.clone(),
+    }
+}
+
+pub(crate) fn parse_argument_text(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
+            Ok(decoded @ Value::Object(_)) => decoded,
+            _ => Value::String(text.to_owned()),
+        },
+        Ok(parsed) => parsed,
+        Err(_) => Value::String(text.to_owned()),
+    }
+}
+
+/// Content is a string, `null` (tool calls only) or a list of parts (`[{"type":"text",...}]`).
+pub(crate) fn content_text(raw: Option<&Value>) -> String {
+    match raw {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| match part {
+                Value::String(text) => Some(text.as_str()),
+                other => other.get("text").and_then(Value::as_str),
+            })
+            .collect(),
+        Some(other) => other.to_string(),
+    }
+}
+
+pub(crate) fn parse_usage(raw: Option<&Value>) -> Option<Usage> {
+    let usage = raw.filter(|u| u.is_object())?;
+    let field = |name: &str| usage.get(name).and_then(Value::as_u64);
+    let prompt_tokens = field("prompt_tokens").unwrap_or(0);
+    let completion_tokens = field("completion_tokens").unwrap_or(0);
+    Some(Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: field("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
+    })
+}
+
+/// An `{"error": …}` object in a 200 body or a stream chunk (OpenRouter, some proxies).
+pub(crate) fn provider_error(value: &Value) -> Option<WireError> {
+    let error = value.get("error").filter(|e| !e.is_null())?;
+    let message = match error {
+        Value::String(text) => text.clone(),
+        other => other
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| other.to_string()),
+    };
+    // Overload and rate-limit errors are worth retrying; anything else (bad request, policy) is not.
+    let code = error.get("code");
+    let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
+    let retryable = code
+        .and_then(Value::as_u64)
+        .is_some_and(|c| c == 429 || c == 408 || (500..600).contains(&c))
+        || ["overloaded", "rate_limit", "server_error", "timeout"]
+            .iter()
+            .any(|k| {
+                kind.contains(k) || code.and_then(Value::as_str).is_some_and(|c| c.contains(k))
+            });
+    Some(WireError::Provider { message, retryable })
+}
+
+fn non_empty_str(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// At most `max` characters of `text`, for error messages.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mai_core::model::{ModelPurpose, ToolSpec};
+
+    #[test]
+    fn arguments_in_every_shape() {
+        assert_eq!(parse_arguments(None), json!({}));
+        assert_eq!(parse_arguments(Some(&json!(""))), json!({}));
+        assert_eq!(parse_arguments(Some(&json!("{\"a\":1}"))), json!({"a": 1}));
+        assert_eq!(parse_arguments(Some(&json!({"a": 1}))), json!({"a": 1}));
+        assert_eq!(
+            parse_arguments(Some(&json!("\"{\\\"a\\\":1}\""))),
+            json!({"a": 1}),
+            "double-encoded arguments are decoded"
+        );
+        assert_eq!(
+            parse_arguments(Some(&json!("{\"a\":"))),
+            Value::String("{\"a\":".into())
+        );
+    }
+
+    #[test]
+    fn content_parts_are_joined() {
+        let parts = json!([{"type": "text", "text": "a"}, "b", {"type": "image_url"}]);
+        assert_eq!(content_text(Some(&parts)), "ab");
+        assert_eq!(content_text(Some(&Value::Null)), "");
+    }
+
+    #[test]
+    fn finish_reason_is_inferred_and_corrected() {
+        assert_eq!(finish_reason(None, false), FinishReason::Stop);
+        assert_eq!(finish_reason(None, true), FinishReason::ToolCalls);
+        assert_eq!(
+            finish_reason(Some("stop".into()), true),
+            FinishReason::ToolCalls
+        );
+        assert_eq!(
+            finish_reason(Some("length".into()), true),
+            FinishReason::Length
+        );
+        assert_eq!(
+            finish_reason(Some(String::new()), false),
+            FinishReason::Stop
+        );
+    }
+
+    #[test]
+    fn error_in_a_success_body_is_reported() {
+        let body = br#"{"error": {"message": "Provider overloaded", "code": 503}}"#;
+        assert_eq!(
+            parse_completion(body),
+            Err(WireError::Provider {
+                message: "Provider overloaded".into(),
+                retryable: true
+            })
+        );
+        let body = br#"{"error": {"message": "bad", "type": "invalid_request_error"}}"#;
+        assert!(matches!(
+            parse_completion(body),
+            Err(WireError::Provider {
+                retryable: false,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn html_body_is_invalid_with_an_excerpt() {
+        let Err(WireError::Invalid(detail)) = parse_completion(b"<html>nginx</html>") else {
+            panic!("expected invalid");
+        };
+        assert!(detail.contains("<html>nginx"), "{detail}");
+    }
+
+    #[test]
+    fn legacy_function_call_becomes_a_tool_call() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":null,
+            "function_call":{"name":"f","arguments":"{}"}},"finish_reason":"function_call"}]}"#;
+        let response = parse_completion(body).unwrap();
+        assert_eq!(
+            response.message.tool_calls,
+            vec![ToolCall::new("call_0", "f", json!({}))]
+        );
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn request_body_shapes_history_for_the_wire() {
+        let req = ChatRequest::new(
+            ModelPurpose::Agent,
+            vec![
+                ChatMessage::user("hi"),
+                ChatMessage {
+                    reasoning_content: Some("hmm".into()),
+                    ..ChatMessage::assistant_with_tool_calls(
+                        "",
+                        vec![
+                            ToolCall::new("c1", "f", json!({"x": 1})),
+                            ToolCall::new("c2", "g", Value::String("{bad".into())),
+                        ],
+                    )
+                },
+                ChatMessage::tool_result("c1", "ok"),
+            ],
+        )
+        .with_tools(vec![ToolSpec {
+            name: "f".into(),
+            description: "does f".into(),
+            parameters: json!({"type": "object"}),
+        }]);
+        let options = BodyOptions {
+            stream: false,
+            stream_include_usage: true,
+            send_reasoning_content: false,
+        };
+        let body = request_body(&req, "m", options);
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
+                        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{bad"}},
+                    ]},
+                    {"role": "tool", "content": "ok", "tool_call_id": "c1"},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "f", "description": "does f", "parameters": {"type": "object"}}}],
+            })
+        );
+        let streamed = request_body(
+            &ChatRequest::new(ModelPurpose::Agent, vec![]),
+            "m",
+            BodyOptions {
+                stream: true,
+                send_reasoning_content: true,
+                ..options
+            },
+        );
+        assert_eq!(streamed["stream"], json!(true));
+        assert_eq!(streamed["stream_options"], json!({"include_usage": true}));
+        assert!(streamed.get("tools").is_none());
+        let with_reasoning = request_body(
+            &req,
+            "m",
+            BodyOptions {
+                send_reasoning_content: true,
+                ..options
+            },
+        );
+        assert_eq!(with_reasoning["messages"][1]["reasoning_content"], "hmm");
+    }
+}
