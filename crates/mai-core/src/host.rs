@@ -77,8 +77,11 @@ pub trait Host: Send + Sync + 'static {
     async fn append_context(&self, stream: &StreamId, note: &str) -> Result<(), HostError>;
 
     /// The latest `limit` messages of a stream, oldest first.
-    async fn recent_messages(&self, stream: &StreamId, limit: usize)
-    -> Result<Vec<ChatLine>, HostError>;
+    async fn recent_messages(
+        &self,
+        stream: &StreamId,
+        limit: usize,
+    ) -> Result<Vec<ChatLine>, HostError>;
 
     /// Slang of the stream that occurs in `text`.
     async fn jargon(&self, stream: &StreamId, text: &str) -> Result<Vec<Jargon>, HostError>;

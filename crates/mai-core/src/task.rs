@@ -218,8 +218,11 @@ pub struct TaskMetadata {
     pub parent_task_id: Option<TaskId>,
     /// Agent rounds run so far.
     pub rounds: u32,
-    /// Number of agent-history entries already checkpointed (the resume watermark).
+    /// Number of conversation messages checkpointed in the current run (the resume watermark).
     pub history_len: u64,
+    /// First history sequence number of the current run: each cron run starts a fresh
+    /// conversation after the previous runs' history.
+    pub history_from: u64,
     /// Set while `waiting_input`.
     pub waiting: Option<WaitingQuestion>,
     /// Set while an instant task delivers its text.

@@ -11,10 +11,10 @@ use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, StreamDe
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
 
-use crate::config::LlmConfig;
 use crate::openai::{self, BodyOptions, WireError};
 use crate::retry::{RetryPolicy, parse_retry_after};
 use crate::stream::{StreamError, read_event_stream};
+use mai_core::config::LlmConfig;
 
 /// How much of an error body goes into an error message.
 const ERROR_DETAIL_CHARS: usize = 500;

@@ -7,7 +7,7 @@
 
 mod cassette;
 mod client;
-mod config;
+
 mod openai;
 mod retry;
 mod scripted;
@@ -15,5 +15,5 @@ mod stream;
 
 pub use cassette::{CassetteEntry, CassetteOutcome, RecordingModel, ReplayModel, RequestSummary};
 pub use client::OpenAiClient;
-pub use config::{LlmConfig, ModelNames};
+pub use mai_core::config::{LlmConfig, ModelNames};
 pub use scripted::ScriptedModel;

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use mai_core::model::ModelError;
 
-use crate::config::LlmConfig;
+use mai_core::config::LlmConfig;
 
 /// The retry settings of one client.
 #[derive(Debug, Clone, Copy)]

@@ -188,6 +188,37 @@ impl ToolRegistry {
         Arc::clone(&self.snapshot.load().views[role.index()].presented)
     }
 
+    /// The first two gates without running anything: the tool exists, `role` may use it, and
+    /// `args` match its schema. Returns the tool and the arguments as a handler would get them,
+    /// or the refusal as a result for the model. The agent loop uses this for the tools it
+    /// handles itself (`ask_user`), so they pass the very same gates.
+    pub fn admit(
+        &self,
+        name: &str,
+        role: Role,
+        args: Value,
+    ) -> Result<(Arc<ToolDefinition>, Value), ToolOutcome> {
+        let Some(tool) = self.get(name) else {
+            return Err(ToolOutcome::error(
+                OutcomeKind::UnknownTool,
+                self.unknown_tool_message(name, role),
+            ));
+        };
+        if let Err(denied) = require(role, tool.min_role()) {
+            return Err(ToolOutcome::error(
+                OutcomeKind::PermissionDenied,
+                format!(
+                    "permission denied: tool `{name}` requires role {}, this task runs as {}",
+                    denied.required, denied.actual
+                ),
+            ));
+        }
+        match check_arguments(name, tool.validator(), args) {
+            Ok(args) => Ok((tool, args)),
+            Err(message) => Err(ToolOutcome::error(OutcomeKind::InvalidArguments, message)),
+        }
+    }
+
     /// Runs a tool call for a task of `role`: the execution gate, argument validation, then the
     /// handler. Every refusal and failure is a result for the model; the handler runs only if
     /// the role may use the tool and the arguments match its schema.
@@ -198,24 +229,9 @@ impl ToolRegistry {
         args: Value,
         ctx: &ToolContext,
     ) -> ToolOutcome {
-        let Some(tool) = self.get(name) else {
-            return ToolOutcome::error(
-                OutcomeKind::UnknownTool,
-                self.unknown_tool_message(name, role),
-            );
-        };
-        if let Err(denied) = require(role, tool.min_role()) {
-            return ToolOutcome::error(
-                OutcomeKind::PermissionDenied,
-                format!(
-                    "permission denied: tool `{name}` requires role {}, this task runs as {}",
-                    denied.required, denied.actual
-                ),
-            );
-        }
-        let args = match check_arguments(name, tool.validator(), args) {
-            Ok(args) => args,
-            Err(message) => return ToolOutcome::error(OutcomeKind::InvalidArguments, message),
+        let (tool, args) = match self.admit(name, role, args) {
+            Ok(admitted) => admitted,
+            Err(refusal) => return refusal,
         };
         let call = tool.handler().call(ctx, args);
         match AssertUnwindSafe(call).catch_unwind().await {

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::permission::{PermissionConfig, PermissionConfigError, PermissionResolver};
 
+mod llm;
+pub use llm::{LlmConfig, ModelNames};
+
 /// The prefix of environment overrides: `MAI_AGENT__TASK__MAX_ROUNDS=50`.
 pub const ENV_PREFIX: &str = "MAI_AGENT__";
 
@@ -33,44 +36,6 @@ pub struct Config {
     pub plugin_api: PluginApiConfig,
     pub storage: StorageConfig,
     pub prompts: PromptsConfig,
-}
-
-/// `[llm]`: the OpenAI-compatible model API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LlmConfig {
-    /// Base URL of an OpenAI-compatible API, up to and including `/v1`.
-    pub base_url: String,
-    /// The API key itself (prefer `api_key_env` or `MAI_AGENT__LLM__API_KEY`).
-    pub api_key: Option<String>,
-    /// Name of an environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// Default model for every purpose that names none.
-    pub model: String,
-    /// Model for agent loops (falls back to `model`).
-    pub agent_model: Option<String>,
-    /// Model for polishing replies (falls back to `model`).
-    pub replyer_model: Option<String>,
-    /// Model for titles (falls back to `model`).
-    pub title_model: Option<String>,
-    pub timeout_secs: u64,
-    pub max_retries: u32,
-}
-
-impl Default for LlmConfig {
-    fn default() -> Self {
-        LlmConfig {
-            base_url: "https://api.openai.com/v1".into(),
-            api_key: None,
-            api_key_env: Some("OPENAI_API_KEY".into()),
-            model: "gpt-4o-mini".into(),
-            agent_model: None,
-            replyer_model: None,
-            title_model: None,
-            timeout_secs: 120,
-            max_retries: 3,
-        }
-    }
 }
 
 /// `[task]`: limits of the scheduler and the agent loop.
@@ -154,11 +119,16 @@ impl Default for SplitterConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct SendConfig {
     pub max_retries: u32,
+    /// First retry delay; each further retry doubles it (plus jitter).
+    pub retry_base_ms: u64,
 }
 
 impl Default for SendConfig {
     fn default() -> Self {
-        SendConfig { max_retries: 3 }
+        SendConfig {
+            max_retries: 3,
+            retry_base_ms: 500,
+        }
     }
 }
 
@@ -333,6 +303,8 @@ pub enum ConfigError {
     Env { var: String, reason: String },
     #[error(transparent)]
     Permission(#[from] PermissionConfigError),
+    #[error("config {0}")]
+    Llm(String),
     #[error("config [{section}].{key} {problem}")]
     Invalid {
         section: &'static str,
@@ -463,6 +435,54 @@ impl Config {
     }
 }
 
+/// A validated config and what is derived from it, swapped as one value on reload.
+#[derive(Debug)]
+pub struct ConfigSnapshot {
+    pub config: std::sync::Arc<Config>,
+    pub permissions: PermissionResolver,
+}
+
+/// The live configuration: readers take a lock-free snapshot; a reload swaps in a new one only
+/// if it validates, so a bad edit keeps the last good config.
+#[derive(Debug)]
+pub struct LiveConfig {
+    current: arc_swap::ArcSwap<ConfigSnapshot>,
+}
+
+impl LiveConfig {
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        Ok(LiveConfig {
+            current: arc_swap::ArcSwap::from_pointee(Self::snapshot(config)?),
+        })
+    }
+
+    fn snapshot(config: Config) -> Result<ConfigSnapshot, ConfigError> {
+        config.validate()?;
+        let permissions = config.permission_resolver()?;
+        Ok(ConfigSnapshot {
+            config: std::sync::Arc::new(config),
+            permissions,
+        })
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> std::sync::Arc<ConfigSnapshot> {
+        self.current.load_full()
+    }
+
+    /// The current config.
+    pub fn config(&self) -> std::sync::Arc<Config> {
+        std::sync::Arc::clone(&self.current.load().config)
+    }
+
+    /// Replaces the config if it is valid; otherwise keeps the current one and says why.
+    pub fn replace(&self, config: Config) -> Result<(), ConfigError> {
+        self.current
+            .store(std::sync::Arc::new(Self::snapshot(config)?));
+        Ok(())
+    }
+}
+
 /// Applies `MAI_AGENT__SECTION__KEY=value`. Values are read as TOML when they parse as a TOML
 /// value (numbers, booleans, arrays), else taken as strings.
 fn apply_env_overrides<I>(table: &mut toml::Table, env: I) -> Result<(), ConfigError>
@@ -473,24 +493,34 @@ where
         let Some(path) = var.strip_prefix(ENV_PREFIX) else {
             continue;
         };
-        let parts: Vec<String> = path.split("__").map(str::to_lowercase).collect();
-        let [section, key] = parts.as_slice() else {
+        let mut parts: Vec<String> = path.split("__").map(str::to_lowercase).collect();
+        if parts.len() < 2 || parts.iter().any(String::is_empty) {
             return Err(ConfigError::Env {
                 var,
-                reason: "expected MAI_AGENT__<SECTION>__<KEY>".into(),
+                reason: "expected MAI_AGENT__<SECTION>__<KEY> (or deeper, e.g. \
+                         MAI_AGENT__LLM__MODELS__AGENT)"
+                    .into(),
             });
-        };
-        let value = parse_env_value(&raw);
-        let entry = table
-            .entry(section.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        let toml::Value::Table(section_table) = entry else {
-            return Err(ConfigError::Env {
-                var,
-                reason: format!("[{section}] is not a section"),
-            });
-        };
-        section_table.insert(key.clone(), value);
+        }
+        // `MAI_AGENT__LLM__MODEL` is the documented shorthand for the agent model.
+        if parts == ["llm", "model"] {
+            parts = vec!["llm".into(), "models".into(), "agent".into()];
+        }
+        let Some(key) = parts.pop() else { continue };
+        let mut current = &mut *table;
+        for section in &parts {
+            let entry = current
+                .entry(section.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let toml::Value::Table(inner) = entry else {
+                return Err(ConfigError::Env {
+                    var,
+                    reason: format!("`{section}` is a value, not a section"),
+                });
+            };
+            current = inner;
+        }
+        current.insert(key, parse_env_value(&raw));
     }
     Ok(())
 }
@@ -539,6 +569,8 @@ mod tests {
                 ("MAI_AGENT__TASK__MAX_ROUNDS", "50"),
                 ("MAI_AGENT__LLM__BASE_URL", "http://127.0.0.1:9/v1"),
                 ("MAI_AGENT__LLM__API_KEY", "sk-123"),
+                ("MAI_AGENT__LLM__MODEL", "deepseek-chat"),
+                ("MAI_AGENT__LLM__MODELS__TITLE", "small"),
                 ("MAI_AGENT__PERMISSION__ADMINS", "[\"qq:1\"]"),
                 ("OTHER", "ignored"),
             ]),
@@ -548,6 +580,8 @@ mod tests {
         assert_eq!(config.llm.base_url, "http://127.0.0.1:9/v1");
         assert_eq!(config.llm.api_key.as_deref(), Some("sk-123"));
         assert_eq!(config.permission.admins, ["qq:1"]);
+        assert_eq!(config.llm.models.agent, "deepseek-chat");
+        assert_eq!(config.llm.models.title.as_deref(), Some("small"));
     }
 
     #[test]

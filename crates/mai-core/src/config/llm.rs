@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use mai_core::model::{ModelError, ModelPurpose};
+use crate::model::{ModelError, ModelPurpose};
 use serde::{Deserialize, Serialize};
 
 /// `[llm]`.
