@@ -5,11 +5,13 @@
 //! log append-only and status writes compare-and-set. It owns no task semantics: transitions,
 //! scheduling and recovery belong to `mai-core` and the engine.
 
+mod agent_history;
 mod codec;
 mod error;
 mod read;
 mod schema;
 mod sqlite;
+mod status_log;
 mod write;
 
 pub use read::AMBIGUOUS_LIMIT;

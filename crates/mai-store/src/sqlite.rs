@@ -91,6 +91,9 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout);
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
+            // A ping per acquire is a round trip to the connection's thread for nothing: a
+            // SQLite connection does not go stale the way a network connection does.
+            .test_before_acquire(false)
             .connect_with(connect)
             .await
             .map_err(|error| open_failed(Box::new(error)))?;
@@ -108,6 +111,7 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .min_connections(1)
             .max_connections(1)
+            .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)
             .connect_with(connect)

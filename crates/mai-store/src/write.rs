@@ -6,38 +6,60 @@
 //! Holding the lock also makes "read the stored status, then write" one atomic step.
 
 use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError};
-use mai_core::task::{StatusChange, TaskId, TaskRecord, TaskStatus};
+use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::{Sqlite, SqliteConnection, Transaction};
+use tokio::sync::MutexGuard;
 
-use crate::codec::{LogLine, TaskRow, id_key, parse_status, time_text};
-use crate::error::{corrupt, db, is_unique_violation};
+use crate::agent_history::{encode_history, insert_history};
+use crate::codec::{TaskRow, id_key, parse_status};
+use crate::error::{db, is_unique_violation};
 use crate::sqlite::SqliteStore;
+use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
 
-/// The compare-and-set update; the expected status is bound last.
-macro_rules! update_task {
+/// What every update returns, saving round trips to the connection: the stored status-log
+/// tail as JSON `[seq, at, status, actor, reason]` (NULL when empty) and the next history number.
+macro_rules! returning_tails {
+    () => {
+        " RETURNING \
+         (SELECT json_array(l.seq, l.at, l.status, l.actor, l.reason) \
+          FROM task_status_log l WHERE l.task_id = tasks.id ORDER BY l.seq DESC LIMIT 1), \
+         (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h WHERE h.task_id = tasks.id)"
+    };
+}
+
+/// The common write (a checkpoint within one status): only columns no index covers change, so
+/// SQLite rewrites no index entry. It matches only if every indexed column, the status
+/// included, already holds the record's value; otherwise the full update runs.
+const UPDATE_UNINDEXED: &str = concat!(
+    "UPDATE tasks SET updated_at = ?, record = ? WHERE id = ? AND status = ? AND title = ? \
+     AND owner = ? AND stream_id = ? AND level = ? AND created_at = ?",
+    returning_tails!()
+);
+
+/// The full update; with the expected status bound last when there is one.
+macro_rules! update_all {
     ($condition:literal) => {
         concat!(
             "UPDATE tasks SET title = ?, owner = ?, stream_id = ?, status = ?, level = ?, \
              created_at = ?, updated_at = ?, record = ? WHERE id = ?",
-            $condition
+            $condition,
+            returning_tails!()
         )
     };
 }
-const UPDATE_IF_STATUS: &str = update_task!(" AND status = ?");
-const UPDATE_ANY_STATUS: &str = update_task!("");
+const UPDATE_ALL_IF_STATUS: &str = update_all!(" AND status = ?");
+const UPDATE_ALL: &str = update_all!("");
+
+/// The row returned by an update: see [`returning_tails`].
+type Tails = (Option<String>, i64);
+
+/// This process's write turn and the open `BEGIN IMMEDIATE` transaction; the turn is released
+/// when the pair is dropped, after the transaction ends.
+type WriteTurn<'a> = (MutexGuard<'a, ()>, Transaction<'static, Sqlite>);
 
 impl SqliteStore {
     /// Takes this process's write turn, then SQLite's write lock.
-    async fn begin_write(
-        &self,
-        doing: &'static str,
-    ) -> Result<
-        (
-            tokio::sync::MutexGuard<'_, ()>,
-            Transaction<'static, Sqlite>,
-        ),
-        StoreError,
-    > {
+    async fn begin_write(&self, doing: &'static str) -> Result<WriteTurn<'_>, StoreError> {
         let turn = self.write_gate.lock().await;
         let tx = self
             .pool
@@ -88,30 +110,14 @@ impl SqliteStore {
         let row = TaskRow::encode(task)?;
         let history = encode_history(task.id, history)?;
         let (_turn, mut tx) = self.begin_write(doing).await?;
-        let statement = if expected.is_some() {
-            UPDATE_IF_STATUS
-        } else {
-            UPDATE_ANY_STATUS
-        };
-        let mut update = sqlx::query(statement)
-            .bind(&row.title)
-            .bind(&row.owner)
-            .bind(&row.stream_id)
-            .bind(row.status)
-            .bind(row.level)
-            .bind(&row.created_at)
-            .bind(&row.updated_at)
-            .bind(&row.record)
-            .bind(&row.id);
-        if let Some(expected) = expected {
-            update = update.bind(expected.as_str());
+        let mut updated = None;
+        if expected.is_none_or(|expected| expected == task.status) {
+            updated = update_unindexed(&mut tx, &row, doing).await?;
         }
-        let updated = update
-            .execute(&mut *tx)
-            .await
-            .map_err(db(doing))?
-            .rows_affected();
-        if updated == 0 {
+        if updated.is_none() {
+            updated = update_all(&mut tx, &row, expected, doing).await?;
+        }
+        let Some((log_tail, next_history_seq)) = updated else {
             let actual: Option<String> =
                 sqlx::query_scalar("SELECT status FROM tasks WHERE id = ?")
                     .bind(&row.id)
@@ -125,9 +131,10 @@ impl SqliteStore {
                     actual: parse_status(&row.id, &actual)?,
                 }),
             };
-        }
-        append_new_log_lines(&mut tx, &row.id, &task.status_log, doing).await?;
-        insert_history(&mut tx, &row.id, &history, doing).await?;
+        };
+        let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
+        append_new_log_lines(&mut tx, &row.id, tail, &task.status_log, doing).await?;
+        insert_history(&mut tx, &row.id, next_history_seq, &history, doing).await?;
         tx.commit().await.map_err(db(doing))?;
         Ok(SaveOutcome::Saved)
     }
@@ -141,169 +148,69 @@ impl SqliteStore {
         let key = id_key(id);
         let history = encode_history(id, entries)?;
         let (_turn, mut tx) = self.begin_write(DOING).await?;
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?)")
-            .bind(&key)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db(DOING))?;
-        if !exists {
+        let next_seq: Option<i64> = sqlx::query_scalar(
+            "SELECT (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h \
+             WHERE h.task_id = tasks.id) FROM tasks WHERE id = ?",
+        )
+        .bind(&key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db(DOING))?;
+        let Some(next_seq) = next_seq else {
             return Err(StoreError::NotFound(id));
-        }
-        insert_history(&mut tx, &key, &history, DOING).await?;
+        };
+        insert_history(&mut tx, &key, next_seq, &history, DOING).await?;
         tx.commit().await.map_err(db(DOING))
     }
 }
 
-/// Appends the lines of `log` the store does not have yet.
-///
-/// Normally `log` is the stored log plus new lines. A compare-and-set can also pass on a record
-/// whose log diverged from the stored one (its status went A→B→A meanwhile): then the lines
-/// from the first difference on are this writer's own and are appended after the stored ones,
-/// so the stored log stays append-only and ends with the status just written.
-async fn append_new_log_lines(
+/// [`UPDATE_UNINDEXED`]: `None` when the row does not match (another status, another indexed
+/// value, or no such task).
+async fn update_unindexed(
     tx: &mut SqliteConnection,
-    key: &str,
-    log: &[StatusChange],
+    row: &TaskRow,
     doing: &'static str,
-) -> Result<(), StoreError> {
-    let last: Option<(i64, String, String, String, String)> = sqlx::query_as(
-        "SELECT seq, at, status, actor, reason FROM task_status_log \
-         WHERE task_id = ? ORDER BY seq DESC LIMIT 1",
-    )
-    .bind(key)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(db(doing))?;
-    let Some((last_seq, at, status, actor, reason)) = last else {
-        return insert_log_lines(tx, key, 0, log, doing).await;
-    };
-    let stored_len = usize::try_from(last_seq)
-        .ok()
-        .and_then(|seq| seq.checked_add(1))
-        .ok_or_else(|| corrupt(key, format!("status log sequence number {last_seq}")))?;
-    let stored_last = LogLine {
-        at,
-        status,
-        actor,
-        reason,
-    };
-    let extends_stored = log
-        .get(stored_len - 1)
-        .is_some_and(|line| LogLine::encode(line) == stored_last);
-    let first_new = if extends_stored {
-        stored_len
+) -> Result<Option<Tails>, StoreError> {
+    sqlx::query_as(UPDATE_UNINDEXED)
+        .bind(&row.updated_at)
+        .bind(&row.record)
+        .bind(&row.id)
+        .bind(row.status)
+        .bind(&row.title)
+        .bind(&row.owner)
+        .bind(&row.stream_id)
+        .bind(row.level)
+        .bind(&row.created_at)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db(doing))
+}
+
+/// The full compare-and-set update: `None` when the stored status is not `expected` or there
+/// is no such task.
+async fn update_all(
+    tx: &mut SqliteConnection,
+    row: &TaskRow,
+    expected: Option<TaskStatus>,
+    doing: &'static str,
+) -> Result<Option<Tails>, StoreError> {
+    let statement = if expected.is_some() {
+        UPDATE_ALL_IF_STATUS
     } else {
-        first_difference(tx, key, log, doing).await?
+        UPDATE_ALL
     };
-    let new_lines = log.get(first_new..).unwrap_or_default();
-    insert_log_lines(tx, key, stored_len, new_lines, doing).await
-}
-
-/// The index of the first line of `log` that differs from the stored log (or that the stored
-/// log does not have).
-async fn first_difference(
-    tx: &mut SqliteConnection,
-    key: &str,
-    log: &[StatusChange],
-    doing: &'static str,
-) -> Result<usize, StoreError> {
-    let stored: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT at, status, actor, reason FROM task_status_log WHERE task_id = ? ORDER BY seq",
-    )
-    .bind(key)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(db(doing))?;
-    let differs = log
-        .iter()
-        .zip(&stored)
-        .position(|(line, (at, status, actor, reason))| {
-            let line = LogLine::encode(line);
-            (&line.at, &line.status, &line.actor, &line.reason) != (at, status, actor, reason)
-        });
-    Ok(differs.unwrap_or(log.len().min(stored.len())))
-}
-
-async fn insert_log_lines(
-    tx: &mut SqliteConnection,
-    key: &str,
-    first_seq: usize,
-    lines: &[StatusChange],
-    doing: &'static str,
-) -> Result<(), StoreError> {
-    for (seq, line) in (first_seq..).zip(lines) {
-        let line = LogLine::encode(line);
-        sqlx::query(
-            "INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(key)
-        .bind(i64::try_from(seq).map_err(|_| corrupt(key, "status log too long"))?)
-        .bind(&line.at)
-        .bind(&line.status)
-        .bind(&line.actor)
-        .bind(&line.reason)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(doing))?;
+    let mut update = sqlx::query_as(statement)
+        .bind(&row.title)
+        .bind(&row.owner)
+        .bind(&row.stream_id)
+        .bind(row.status)
+        .bind(row.level)
+        .bind(&row.created_at)
+        .bind(&row.updated_at)
+        .bind(&row.record)
+        .bind(&row.id);
+    if let Some(expected) = expected {
+        update = update.bind(expected.as_str());
     }
-    Ok(())
-}
-
-/// A history entry as columns, encoded before the write lock is taken.
-struct HistoryRow {
-    round: i64,
-    kind: &'static str,
-    payload: String,
-    at: String,
-}
-
-fn encode_history(id: TaskId, entries: &[NewHistoryEntry]) -> Result<Vec<HistoryRow>, StoreError> {
-    entries
-        .iter()
-        .map(|entry| {
-            Ok(HistoryRow {
-                round: i64::from(entry.round),
-                kind: entry.kind.as_str(),
-                payload: serde_json::to_string(&entry.payload).map_err(|error| {
-                    corrupt(id, format!("cannot encode a history payload: {error}"))
-                })?,
-                at: time_text(entry.at),
-            })
-        })
-        .collect()
-}
-
-/// Appends `rows` after the stored history, numbering them from the stored maximum on.
-async fn insert_history(
-    tx: &mut SqliteConnection,
-    key: &str,
-    rows: &[HistoryRow],
-    doing: &'static str,
-) -> Result<(), StoreError> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let next: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(seq) + 1, 0) FROM task_history WHERE task_id = ?")
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db(doing))?;
-    for (seq, row) in (next..).zip(rows) {
-        sqlx::query(
-            "INSERT INTO task_history (task_id, seq, round, kind, payload, at) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(key)
-        .bind(seq)
-        .bind(row.round)
-        .bind(row.kind)
-        .bind(&row.payload)
-        .bind(&row.at)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(doing))?;
-    }
-    Ok(())
+    update.fetch_optional(&mut *tx).await.map_err(db(doing))
 }

@@ -26,24 +26,30 @@ async fn two_stores() -> (tempfile::TempDir, Arc<SqliteStore>, Arc<SqliteStore>)
 #[derive(Debug)]
 struct Attempt {
     writer: usize,
+    actor: String,
     snapshot: TaskRecord,
     expected: TaskStatus,
     wrote: TaskStatus,
     outcome: SaveOutcome,
 }
 
-/// Loads a snapshot, moves it one step (writer 0 forces `completed`), saves it with the
-/// snapshot's status as the expected one. `None` when the snapshot is already terminal.
-async fn race_once(store: Arc<SqliteStore>, writer: usize, task: TaskRecord) -> Option<Attempt> {
+/// Loads a snapshot, moves it one step (writer 0 forces `completed` in its last round), saves
+/// it with the snapshot's status as the expected one. `None` when the snapshot is terminal.
+async fn race_once(
+    store: &SqliteStore,
+    writer: usize,
+    round: usize,
+    task: &TaskRecord,
+) -> Option<Attempt> {
     let snapshot = store.get(task.id).await.unwrap().unwrap();
     let expected = snapshot.status;
     if expected.is_terminal() {
         return None;
     }
     let mut changed = snapshot.clone();
-    let actor = format!("writer-{writer}");
-    let when = at(100 + writer as i64);
-    if writer == 0 {
+    let actor = format!("writer-{writer}.{round}");
+    let when = at((100 * round + writer) as i64);
+    if writer == 0 && round == RACE_ROUNDS - 1 {
         changed.force(Completed, &actor, "forced", when);
     } else {
         let next: Vec<TaskStatus> = TaskStatus::ALL
@@ -51,18 +57,22 @@ async fn race_once(store: Arc<SqliteStore>, writer: usize, task: TaskRecord) -> 
             .filter(|status| !status.is_terminal() && expected.can_become(*status))
             .collect();
         changed
-            .transition(next[writer % next.len()], &actor, "racing", when)
+            .transition(next[(writer + round) % next.len()], &actor, "racing", when)
             .unwrap();
     }
     let outcome = store.save(&changed, Some(expected)).await.unwrap();
     Some(Attempt {
         writer,
+        actor,
         snapshot,
         expected,
         wrote: changed.status,
         outcome,
     })
 }
+
+/// Attempts per writer in the race.
+const RACE_ROUNDS: usize = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_snapshots_save_exactly_the_winners_and_never_overwrite_a_terminal_status() {
@@ -83,7 +93,14 @@ async fn racing_snapshots_save_exactly_the_winners_and_never_overwrite_a_termina
             let contended = contended.clone();
             tokio::spawn(async move {
                 barrier.wait().await;
-                race_once(store, writer, contended).await
+                let mut attempts = Vec::new();
+                for round in 0..RACE_ROUNDS {
+                    match race_once(&store, writer, round, &contended).await {
+                        Some(attempt) => attempts.push(attempt),
+                        None => break,
+                    }
+                }
+                attempts
             })
         })
         .collect();
@@ -115,7 +132,7 @@ async fn racing_snapshots_save_exactly_the_winners_and_never_overwrite_a_termina
     );
     let winner_actors: BTreeSet<String> = winners
         .iter()
-        .map(|attempt| format!("writer-{}", attempt.writer))
+        .map(|attempt| attempt.actor.clone())
         .collect();
     let logged_actors: BTreeSet<String> = appended.iter().map(|line| line.actor.clone()).collect();
     assert_eq!(
@@ -126,7 +143,7 @@ async fn racing_snapshots_save_exactly_the_winners_and_never_overwrite_a_termina
     for (index, line) in log.iter().enumerate().skip(initial_log.len()) {
         let attempt = winners
             .iter()
-            .find(|attempt| format!("writer-{}", attempt.writer) == line.actor)
+            .find(|attempt| attempt.actor == line.actor)
             .unwrap();
         assert_eq!(line.status, attempt.wrote);
         assert_eq!(
@@ -138,7 +155,7 @@ async fn racing_snapshots_save_exactly_the_winners_and_never_overwrite_a_termina
     }
     for attempt in &attempts {
         if let SaveOutcome::Conflict { actual } = attempt.outcome {
-            assert_ne!(actual, attempt.expected, "writer-{}", attempt.writer);
+            assert_ne!(actual, attempt.expected, "{}", attempt.actor);
         }
     }
     let terminal_at = log.iter().position(|line| line.status.is_terminal());

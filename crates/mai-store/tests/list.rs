@@ -145,3 +145,51 @@ async fn list_active_returns_the_active_statuses_oldest_first() {
     assert_eq!(titles(&active), ["t0", "t1", "t2", "t3", "t4", "t8"]);
     assert!(active.iter().all(|task| !task.status.is_terminal()));
 }
+
+#[tokio::test]
+async fn a_save_that_changes_indexed_fields_is_what_lists_and_resolve_see() {
+    let fs = file_store().await;
+    let mut moved = task("old title", 0);
+    fs.store.insert(&moved).await.unwrap();
+    moved.transition(Running, "scheduler", "go", at(1)).unwrap();
+    fs.store.save(&moved, Some(Pending)).await.unwrap();
+
+    // Same status, other indexed values: the compare-and-set still applies.
+    moved.title = "new title".into();
+    moved.owner = owner("qq:9");
+    moved.stream_id = stream("s9");
+    moved.level = TaskLevel::Instant;
+    moved.metadata.rounds = 4;
+    let stale = fs.store.save(&moved, Some(Pending)).await.unwrap();
+    assert_eq!(
+        stale,
+        mai_core::store::SaveOutcome::Conflict { actual: Running }
+    );
+    assert_eq!(
+        fs.store.get(moved.id).await.unwrap().unwrap().title,
+        "old title"
+    );
+    let saved = fs.store.save(&moved, Some(Running)).await.unwrap();
+    assert_eq!(saved, mai_core::store::SaveOutcome::Saved);
+
+    assert_eq!(fs.store.get(moved.id).await.unwrap(), Some(moved.clone()));
+    let filter = TaskFilter {
+        owner: Some(owner("qq:9")),
+        stream_id: Some(stream("s9")),
+        statuses: vec![Running],
+        level: Some(TaskLevel::Instant),
+        limit: None,
+    };
+    assert_eq!(titles(&list(&fs, filter).await), ["new title"]);
+    let old_owner = TaskFilter {
+        owner: Some(owner("qq:1")),
+        ..Default::default()
+    };
+    assert!(list(&fs, old_owner).await.is_empty());
+    let resolved = fs.store.resolve("new title").await.unwrap();
+    assert!(matches!(resolved, mai_core::store::Resolved::Found(task) if task.id == moved.id));
+    assert_eq!(
+        fs.store.resolve("old title").await.unwrap(),
+        mai_core::store::Resolved::NotFound
+    );
+}

@@ -35,7 +35,17 @@ fn full_record() -> mai_core::task::TaskRecord {
     task.metadata.parent_task_id = Some(TaskId::new());
     task.metadata.rounds = 7;
     task.metadata.history_len = 19;
-    task.metadata.pending_question = Some("which disk?".into());
+    task.metadata.group_id = Some("900".into());
+    task.metadata.raw = true;
+    task.metadata.waiting = Some(mai_core::task::WaitingQuestion {
+        call_id: "call_1".into(),
+        question: "which disk?".into(),
+        asked_at: at(8),
+    });
+    task.metadata.delivery = Some(mai_core::task::DeliveryProgress {
+        parts: vec!["a".into(), "b".into()],
+        sent: 1,
+    });
     task.metadata.cron_runs = 3;
     task.metadata.runtime_secs = 4242;
     task
@@ -243,5 +253,35 @@ async fn an_in_memory_store_keeps_its_data_while_open() {
     assert_eq!(
         store.connection_settings().await.unwrap().journal_mode,
         "memory"
+    );
+}
+
+#[tokio::test]
+async fn long_logs_and_histories_are_stored_whole() {
+    let fs = file_store().await;
+    let mut long = task("cron veteran", 0);
+    for run in 0..700 {
+        long.force(TaskStatus::Running, "cron", "fire", at(2 * run + 1));
+        long.force(TaskStatus::Scheduled, "cron", "re-arm", at(2 * run + 2));
+    }
+    fs.store.insert(&long).await.unwrap();
+    assert_eq!(fs.store.get(long.id).await.unwrap(), Some(long.clone()));
+
+    let history: Vec<_> = (0..1200)
+        .map(|n| common::message(n / 10, &format!("m{n}")))
+        .collect();
+    let outcome = fs
+        .store
+        .checkpoint(&long, Some(TaskStatus::Scheduled), &history)
+        .await
+        .unwrap();
+    assert_eq!(outcome, SaveOutcome::Saved);
+    let stored = fs.store.history(long.id, 0).await.unwrap();
+    assert_eq!(stored.len(), 1200);
+    assert!(
+        stored
+            .iter()
+            .enumerate()
+            .all(|(n, entry)| entry.seq == n as u64 && entry.payload["content"] == format!("m{n}"))
     );
 }
