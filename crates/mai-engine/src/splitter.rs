@@ -137,6 +137,8 @@ const PAIRS: &[(char, char)] = &[
     ('【', '】'),
     ('〈', '〉'),
 ];
+/// Open quotes and brackets tracked at once; older ones are forgotten beyond this.
+const MAX_QUOTE_DEPTH: usize = 32;
 /// Punctuation a part should not start with.
 const NO_START: &[char] = &[
     '，', '。', '、', '：', '；', '！', '？', ',', '.', ';', ':', '!', '?', '…', '）', '」', '』',
@@ -290,6 +292,7 @@ impl<'a> Layout<'a> {
         let inside_quotes = self.inside_quotes();
         let inside_urls = self.inside_urls();
         let (prev_solid, next_solid) = self.nearest_non_whitespace();
+        let bullets: Vec<bool> = (0..n).map(|i| self.is_bullet(i)).collect();
         let near = |k: usize, test: &dyn Fn(usize) -> bool| {
             prev_solid[k].is_some_and(test) || next_solid[k].is_some_and(test)
         };
@@ -299,7 +302,7 @@ impl<'a> Layout<'a> {
                 RANK_IN_WORD
             } else if self.is(k, kind::NO_START)
                 || self.is(k - 1, kind::OPENER)
-                || prev_solid[k].is_some_and(|i| self.is_bullet(i))
+                || prev_solid[k].is_some_and(|i| bullets[i])
                 || (self.is(k - 1, kind::ASCII_SYMBOL) && self.is(k, kind::ASCII_SYMBOL))
             {
                 RANK_AWKWARD
@@ -399,15 +402,23 @@ impl<'a> Layout<'a> {
                 depth_change[i + 1] -= 1;
                 continue;
             }
-            if let Some(&(_, close)) = PAIRS.iter().find(|&&(opener, _)| opener == c) {
-                open.push((close, i));
+            let closer = if let Some(&(_, close)) = PAIRS.iter().find(|&&(opener, _)| opener == c) {
+                close
             } else if (c == '"' || c == '\'')
                 && !self.is_word(i.wrapping_sub(1))
                 && !self.is_whitespace(i + 1)
                 && i + 1 < n
             {
-                open.push((c, i));
+                c
+            } else {
+                continue;
+            };
+            // Deeper nesting than this is noise (e.g. ASCII art); bounding it keeps the closer
+            // search cheap on adversarial input.
+            if open.len() == MAX_QUOTE_DEPTH {
+                open.remove(0);
             }
+            open.push((closer, i));
         }
         let mut inside = vec![false; n + 1];
         let mut depth = 0;

@@ -192,6 +192,19 @@ fn a_quote_that_must_be_split_is_cut_at_its_sentence_ends() {
 }
 
 #[test]
+fn quotes_pair_within_a_line_only() {
+    // Unpaired on its line, the first quote must not pair with the one on the next line.
+    let text = "He said \"hi\nOne two. Three \"x\" y";
+    let layout = super::Layout::new(text);
+    let inside = layout.inside_quotes();
+    let boundary_at = |byte: usize| layout.offsets.iter().position(|&o| o == byte).unwrap_or(0);
+    let one_two = boundary_at(text.find("two").unwrap_or(0));
+    let x = boundary_at(text.find('x').unwrap_or(0));
+    assert!(!inside[one_two], "line 2 protected by a quote from line 1");
+    assert!(inside[x], "the pair on line 2 is not recognized");
+}
+
+#[test]
 fn an_overlong_quote_is_still_split() {
     let text = "“一二三四五六七八九十一二三四五六七八九十”";
     let parts = split(text, 10, 10);
@@ -268,6 +281,19 @@ fn never_cut_inside_words_numbers_or_urls() {
                 a == ' ' || b == ' ',
                 "cut inside a token at {cut} with max {max_length}: {parts:?}"
             );
+        }
+    }
+}
+
+#[test]
+fn words_with_diacritics_and_www_links_are_kept_whole() {
+    let text = "Größenverhältnisse naïve café www.example.org/straße ok";
+    // From the longest token (the link, 22 chars) on.
+    for max_length in 22..40 {
+        let parts = split(text, max_length, 20);
+        for part in &parts {
+            let first = part.split_whitespace().next().unwrap_or_default();
+            assert!(text.split(' ').any(|word| word == first), "{parts:?}");
         }
     }
 }
