@@ -15,12 +15,13 @@ CREATE TABLE tasks (
     record     TEXT NOT NULL
 ) STRICT;
 
-CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
-CREATE INDEX tasks_by_stream ON tasks (stream_id, created_at);
-CREATE INDEX tasks_by_status ON tasks (status, created_at);
-CREATE INDEX tasks_by_level ON tasks (level, created_at);
-CREATE INDEX tasks_by_created ON tasks (created_at);
-CREATE INDEX tasks_by_title ON tasks (title);
+-- Lists are ordered by (created_at, id): each filter index carries both, so no sort step.
+CREATE INDEX tasks_by_owner ON tasks (owner, created_at, id);
+CREATE INDEX tasks_by_stream ON tasks (stream_id, created_at, id);
+CREATE INDEX tasks_by_status ON tasks (status, created_at, id);
+CREATE INDEX tasks_by_level ON tasks (level, created_at, id);
+CREATE INDEX tasks_by_created ON tasks (created_at, id);
+CREATE INDEX tasks_by_title ON tasks (title, created_at, id);
 
 CREATE TABLE task_status_log (
     task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
