@@ -1,1 +1,208 @@
-fn main() {}
+//! The `mai-agent` command line: parses arguments, loads settings, wires the engine and runs one
+//! command. Exit codes: 0 success, 1 the task did not complete, 2 usage or setup error.
+
+mod app;
+mod cmd_run;
+mod cmd_task;
+mod cmd_tools;
+mod console;
+mod settings;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use mai_core::role::Role;
+use mai_store::SqliteStore;
+
+use crate::app::ModelChoice;
+use crate::console::ConsoleHost;
+use crate::settings::Settings;
+
+/// mai-agent runs background LLM sub-agent tasks for chat bots.
+#[derive(Debug, Parser)]
+#[command(name = "mai-agent", version, about, long_about = None)]
+struct Cli {
+    /// TOML config file (default: <data-dir>/config.toml if present, else built-in defaults).
+    #[arg(long, global = true, env = "MAI_AGENT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where the database and files live (default: ~/.local/share/mai-agent).
+    #[arg(long, global = true, env = "MAI_AGENT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show which tools each role may call (the tool list an agent task gets every round).
+    Tools {
+        /// Only this role: guest, user or admin (default: the role × tool matrix).
+        #[arg(long)]
+        role: Option<Role>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one agent task in the foreground, with live progress; questions are asked here.
+    Run {
+        /// What the agent should do.
+        intent: String,
+        /// The role the task runs with.
+        #[arg(long, default_value = "user")]
+        role: Role,
+        /// The chat stream the task belongs to.
+        #[arg(long, default_value = "console")]
+        stream: String,
+        /// Print `{"task_id", "status", "answer", "rounds"}` as the last stdout line.
+        #[arg(long)]
+        json: bool,
+        /// Replay model answers from a JSONL cassette instead of calling the API.
+        #[arg(long, value_name = "FILE")]
+        replay: Option<PathBuf>,
+    },
+    /// Inspect and manage tasks in the local store.
+    Task {
+        #[command(subcommand)]
+        command: cmd_task::TaskCommand,
+        /// Machine-readable output.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+    /// Configuration helpers.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file (with environment overrides applied) and report the first problem.
+    Check {
+        /// The file to check (default: the --config file).
+        file: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MAI_AGENT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    if let Command::Config {
+        command: ConfigCommand::Check { file },
+    } = &cli.command
+    {
+        let Some(path) = file.as_ref().or(cli.config.as_ref()) else {
+            anyhow::bail!("give a file to check: mai-agent config check FILE");
+        };
+        settings::load_file(path)?;
+        println!("{}: ok", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+    match cli.command {
+        Command::Tools { role, json } => {
+            // The tool set does not depend on stored tasks: an in-memory store is enough.
+            let store = SqliteStore::open_in_memory().await?;
+            let engine = app::build_with_store(
+                &settings,
+                Arc::new(store),
+                Arc::new(ConsoleHost::default()),
+                ModelChoice::Configured,
+            )?;
+            cmd_tools::print(&engine, role, json)?;
+            if !json {
+                match &settings.config_path {
+                    Some(path) => eprintln!("(config: {})", path.display()),
+                    None => eprintln!("(config: built-in defaults; see docs/configuration.md)"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            intent,
+            role,
+            stream,
+            json,
+            replay,
+        } => {
+            let mut settings = settings;
+            grant_console_role(&mut settings, role);
+            let host = Arc::new(ConsoleHost::default());
+            let model = match &replay {
+                Some(path) => ModelChoice::Replay(path),
+                None => ModelChoice::Configured,
+            };
+            let engine = app::build(&settings, host.clone(), model).await?;
+            let completed = cmd_run::run(
+                engine,
+                host,
+                cmd_run::RunArgs {
+                    intent,
+                    role,
+                    stream,
+                    json,
+                },
+            )
+            .await?;
+            Ok(if completed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Task { command, json } => {
+            let engine = app::build(
+                &settings,
+                Arc::new(ConsoleHost::default()),
+                ModelChoice::Configured,
+            )
+            .await?;
+            cmd_task::run(engine, command, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `run --role R` gives the person at the terminal role R through the normal permission rules,
+/// so the task's role is resolved exactly like a chat user's.
+fn grant_console_role(settings: &mut Settings, role: Role) {
+    let me = format!("{}:{}", cmd_run::CONSOLE_PLATFORM, cmd_run::CONSOLE_USER);
+    let permission = &mut settings.config.permission;
+    permission.admins.retain(|p| p != &me);
+    permission.users.retain(|p| p != &me);
+    match role {
+        Role::Admin => permission.admins.push(me),
+        Role::User => permission.users.push(me),
+        Role::Guest => {}
+    }
+}

@@ -1,5 +1,18 @@
-//! The engine: everything between a task record and a message in a chat — for now the reply
-//! splitter and the prompt templates; the scheduler and the agent loop live here too.
+//! The engine: scheduler, agent loop, ask_user, sub-agents, reply path, task manager facade,
+//! recovery; plus the reply splitter and the prompt templates.
 
+mod agent_loop;
+pub mod builtin_tools;
+mod conversation;
+pub mod engine;
+pub mod error;
+pub mod events;
+pub mod manager;
 pub mod prompts;
+mod reply;
+pub mod runner;
+mod scheduler;
 pub mod splitter;
+pub mod subagent;
+mod truncate;
+mod waiting;

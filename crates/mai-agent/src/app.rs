@@ -1,0 +1,80 @@
+//! Wiring: the store, model, registry and engine a command runs with, built from settings.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use mai_core::clock::SystemClock;
+use mai_core::config::LiveConfig;
+use mai_core::host::Host;
+use mai_core::model::ChatModel;
+use mai_core::store::TaskStore;
+use mai_core::tool::ToolRegistry;
+use mai_engine::engine::{Engine, EngineDeps};
+use mai_engine::prompts::Prompts;
+use mai_llm::{OpenAiClient, ReplayModel};
+use mai_store::SqliteStore;
+
+use crate::settings::Settings;
+
+/// Which model a command talks to.
+pub enum ModelChoice<'a> {
+    /// The configured OpenAI-compatible API.
+    Configured,
+    /// Answers replayed from a JSONL cassette (demos, offline runs).
+    Replay(&'a Path),
+}
+
+/// Builds the engine (not started) over the store in the data directory.
+pub async fn build(
+    settings: &Settings,
+    host: Arc<dyn Host>,
+    model: ModelChoice<'_>,
+) -> Result<Arc<Engine>> {
+    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            settings.data_dir.display()
+        )
+    })?;
+    let path = settings.database_path();
+    let store = SqliteStore::open(&path)
+        .await
+        .with_context(|| format!("cannot open the task database {}", path.display()))?;
+    build_with_store(settings, Arc::new(store), host, model)
+}
+
+/// Builds the engine (not started) over any store.
+pub fn build_with_store(
+    settings: &Settings,
+    store: Arc<dyn TaskStore>,
+    host: Arc<dyn Host>,
+    model: ModelChoice<'_>,
+) -> Result<Arc<Engine>> {
+    let config = Arc::new(LiveConfig::new(settings.config.clone())?);
+    let model: Arc<dyn ChatModel> = match model {
+        ModelChoice::Configured => Arc::new(
+            OpenAiClient::new(settings.config.llm.clone())
+                .context("cannot set up the model client")?,
+        ),
+        ModelChoice::Replay(path) => Arc::new(
+            ReplayModel::open(path)
+                .with_context(|| format!("cannot load cassette {}", path.display()))?,
+        ),
+    };
+    let prompts = match &settings.config.prompts.templates_dir {
+        Some(dir) => Prompts::with_override_dir(dir)
+            .with_context(|| format!("cannot load prompt templates from {}", dir.display()))?,
+        None => Prompts::embedded(),
+    };
+    let engine = Engine::new(EngineDeps {
+        store,
+        model,
+        host,
+        registry: Arc::new(ToolRegistry::new()),
+        config,
+        prompts: Arc::new(prompts),
+        clock: Arc::new(SystemClock),
+    })?;
+    Ok(engine)
+}

@@ -1,0 +1,143 @@
+//! `mai-agent run "<intent>"`: one agent task in the foreground, with live progress on stderr,
+//! the bot's messages on stdout, and questions answered at the terminal.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use mai_core::ids::{Owner, StreamId};
+use mai_core::role::Role;
+use mai_core::task::{TaskLevel, TaskStatus};
+use mai_engine::engine::Engine;
+use mai_engine::events::TaskEvent;
+use mai_engine::manager::{Caller, CreateTask};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::console::ConsoleHost;
+
+/// The person at the terminal.
+pub const CONSOLE_PLATFORM: &str = "console";
+pub const CONSOLE_USER: &str = "local";
+
+pub struct RunArgs {
+    pub intent: String,
+    pub role: Role,
+    pub stream: String,
+    pub json: bool,
+}
+
+/// Runs the task to its end; returns whether it completed.
+pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> Result<bool> {
+    let owner = Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?;
+    let stream = StreamId::new(args.stream.clone())?;
+    let caller = Caller {
+        owner: owner.clone(),
+        role: args.role,
+        stream_id: stream.clone(),
+        platform: CONSOLE_PLATFORM.into(),
+        group_id: None,
+    };
+    let mut events = engine.subscribe();
+    engine.start().await?;
+    let task = engine
+        .create(&caller, CreateTask::agent(args.intent.clone()))
+        .await
+        .context("could not create the task")?;
+    eprintln!(
+        "task {} \"{}\" created ({} role)",
+        task.id.short(),
+        task.title,
+        args.role
+    );
+    let mut watched = vec![task.id];
+    let mut outcome: Option<(TaskStatus, Option<String>, u32)> = None;
+    let mut reply_done = false;
+    while outcome.is_none() || !reply_done {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(RecvError::Lagged(missed)) => {
+                eprintln!("  (progress display skipped {missed} events)");
+                continue;
+            }
+            Err(RecvError::Closed) => bail!("the engine stopped unexpectedly"),
+        };
+        if !watched.contains(&event.task_id()) {
+            continue;
+        }
+        show(&event);
+        match event {
+            TaskEvent::Question { task_id, .. } if task_id == task.id => {
+                let answer = ask_terminal().await?;
+                host.record_user_line(&answer);
+                engine.handle_user_reply(&owner, &stream, &answer).await?;
+            }
+            TaskEvent::Status {
+                task_id, status, ..
+            } if task_id == task.id && status.is_terminal() => {
+                let record = engine.get(&caller, task.id).await?;
+                if record.level == TaskLevel::Agent {
+                    watched.push(mai_engine::runner::reply_task_id(&record));
+                }
+                outcome = Some((
+                    status,
+                    record.metadata.answer.or(record.metadata.error),
+                    record.metadata.rounds,
+                ));
+            }
+            TaskEvent::Status {
+                task_id, status, ..
+            } if task_id != task.id && status.is_terminal() => {
+                reply_done = true;
+            }
+            _ => {}
+        }
+    }
+    engine.stop().await;
+    let (status, answer, rounds) = outcome.unwrap_or((TaskStatus::Failed, None, 0));
+    if args.json {
+        println!(
+            "{}",
+            json!({"task_id": task.id, "status": status, "answer": answer, "rounds": rounds})
+        );
+    } else {
+        eprintln!("task {} {status} after {rounds} round(s)", task.id.short());
+    }
+    Ok(status == TaskStatus::Completed)
+}
+
+fn show(event: &TaskEvent) {
+    match event {
+        TaskEvent::Status { status, reason, .. } => eprintln!("  [{status}] {reason}"),
+        TaskEvent::Round { round, .. } => eprintln!("  round {round}"),
+        TaskEvent::ToolCall {
+            tool, arguments, ..
+        } => eprintln!("    → {tool} {arguments}"),
+        TaskEvent::ToolResult {
+            tool, ok, preview, ..
+        } => {
+            let mark = if *ok { "ok" } else { "error" };
+            eprintln!(
+                "    ← {tool} {mark}: {}",
+                preview.chars().take(160).collect::<String>()
+            )
+        }
+        TaskEvent::Question { question, .. } => eprintln!("  ? {question}"),
+        TaskEvent::Answer { .. } | TaskEvent::Sent { .. } | TaskEvent::Created { .. } => {}
+    }
+}
+
+/// Reads one answer line from the terminal.
+async fn ask_terminal() -> Result<String> {
+    tokio::task::spawn_blocking(|| {
+        eprint!("answer> ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        if line.is_empty() {
+            bail!("stdin closed while the task waits for an answer");
+        }
+        Ok(line.trim_end().to_owned())
+    })
+    .await?
+}

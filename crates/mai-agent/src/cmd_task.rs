@@ -1,0 +1,150 @@
+//! `mai-agent task list|status|history|cancel|ask`: the local store, as the machine's admin.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use mai_core::ids::{Owner, StreamId};
+use mai_core::role::Role;
+use mai_core::store::TaskFilter;
+use mai_core::task::{TaskRecord, TaskStatus};
+use mai_engine::engine::Engine;
+use mai_engine::manager::Caller;
+
+use crate::cmd_run::{CONSOLE_PLATFORM, CONSOLE_USER};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TaskCommand {
+    /// List tasks, newest first.
+    List {
+        /// Only tasks in this status (scheduled, pending, running, waiting_input, paused,
+        /// completed, failed, cancelled).
+        #[arg(long)]
+        status: Option<TaskStatus>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Show one task (id, 8-character prefix or exact title).
+    Status { task: String },
+    /// Show a task's status log and agent history.
+    History { task: String },
+    /// Cancel a task.
+    Cancel { task: String },
+    /// Answer a task that waits for input.
+    Ask { task: String, text: String },
+}
+
+fn operator() -> Result<Caller> {
+    Ok(Caller {
+        owner: Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?,
+        role: Role::Admin,
+        stream_id: StreamId::new("console")?,
+        platform: CONSOLE_PLATFORM.into(),
+        group_id: None,
+    })
+}
+
+pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Result<()> {
+    let caller = operator()?;
+    match command {
+        TaskCommand::List { status, limit } => {
+            let filter = TaskFilter {
+                statuses: status.into_iter().collect(),
+                limit: Some(limit),
+                ..TaskFilter::default()
+            };
+            let tasks = engine.list(&caller, filter).await?;
+            if as_json {
+                println!("{}", serde_json::to_string(&tasks)?);
+            } else if tasks.is_empty() {
+                println!("no tasks");
+            } else {
+                for task in &tasks {
+                    println!(
+                        "{}  {:13}  {:7}  {}",
+                        task.id.short(),
+                        task.status.as_str(),
+                        level(task),
+                        task.title
+                    );
+                }
+            }
+        }
+        TaskCommand::Status { task } => {
+            let task = engine.resolve(&caller, &task).await?;
+            if as_json {
+                println!("{}", serde_json::to_string(&task)?);
+            } else {
+                print_task(&task);
+            }
+        }
+        TaskCommand::History { task } => {
+            let history = engine.history(&caller, &task).await?;
+            if as_json {
+                println!("{}", serde_json::to_string(&history)?);
+            } else {
+                print_task(&history.task);
+                println!("status log:");
+                for change in &history.status_log {
+                    println!(
+                        "  {}  {:13}  {}: {}",
+                        change.at.format("%F %T"),
+                        change.status.as_str(),
+                        change.actor,
+                        change.reason
+                    );
+                }
+                println!("agent history ({} entries):", history.entries.len());
+                for entry in &history.entries {
+                    let text = entry.payload.to_string();
+                    let short: String = text.chars().take(160).collect();
+                    println!(
+                        "  #{:<3} round {:<2} {:9} {short}",
+                        entry.seq,
+                        entry.round,
+                        entry.kind.as_str()
+                    );
+                }
+            }
+        }
+        TaskCommand::Cancel { task } => {
+            let task = engine.cancel(&caller, &task).await?;
+            println!(
+                "task {} cancel requested (was {})",
+                task.id.short(),
+                task.status
+            );
+        }
+        TaskCommand::Ask { task, text } => {
+            let task = engine.answer(&caller, &task, &text).await?;
+            println!(
+                "answered task {}; it continues when the service runs it",
+                task.id.short()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn level(task: &TaskRecord) -> &'static str {
+    match task.level {
+        mai_core::task::TaskLevel::Agent => "agent",
+        mai_core::task::TaskLevel::Instant => "instant",
+    }
+}
+
+fn print_task(task: &TaskRecord) {
+    println!("{}  {}", task.id, task.title);
+    println!("  status   {}", task.status);
+    println!("  level    {}", level(task));
+    println!("  owner    {}   stream {}", task.owner, task.stream_id);
+    println!("  rounds   {}", task.metadata.rounds);
+    if let Some(waiting) = &task.metadata.waiting {
+        println!("  question {}", waiting.question);
+    }
+    if let Some(answer) = &task.metadata.answer {
+        println!("  answer   {answer}");
+    }
+    if let Some(error) = &task.metadata.error {
+        println!("  error    {error}");
+    }
+}

@@ -1,0 +1,319 @@
+//! The agent loop: each round presents every tool the task's role may use, applies injected
+//! instructions, asks the model, runs its tool calls through the registry's gates, and
+//! checkpoints before the next model call. It stops with an honest final answer at
+//! `max_rounds`, and it honours cancellation at every await.
+//!
+//! Unknown tools, bad arguments, tool failures and over-long outputs go back to the model as
+//! tool results; nothing the model does can kill the loop.
+
+use serde_json::{Value, json};
+
+use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolCall, ToolSpec};
+use mai_core::role::Role;
+use mai_core::store::{HistoryKind, NewHistoryEntry, SaveOutcome};
+use mai_core::task::{TaskRecord, TaskStatus};
+use mai_core::tool::{OutcomeKind, ToolContext, ToolOutcome, discovery};
+
+use crate::builtin_tools::ASK_USER;
+use crate::conversation::{Conversation, Tail};
+use crate::engine::{Engine, RunControl, StopReason, lock};
+use crate::error::EngineError;
+use crate::events::TaskEvent;
+use crate::prompts::PromptName;
+use crate::runner::RunEnd;
+use crate::truncate::head_tail;
+
+/// Tool results longer than this reach the model as head + tail with a note.
+pub(crate) const MAX_TOOL_RESULT_CHARS: usize = 12_000;
+
+/// What the loop does after running a batch of tool calls.
+pub(crate) enum AfterCalls {
+    Continue,
+    End(RunEnd),
+}
+
+impl Engine {
+    pub(crate) async fn run_agent(&self, task: &mut TaskRecord, control: &RunControl) -> RunEnd {
+        match self.agent_loop(task, control).await {
+            Ok(end) => end,
+            Err(error) => match control.reason() {
+                Some(reason) => RunEnd::Stopped(reason),
+                None => RunEnd::Failed(error.to_string()),
+            },
+        }
+    }
+
+    async fn agent_loop(
+        &self,
+        task: &mut TaskRecord,
+        control: &RunControl,
+    ) -> Result<RunEnd, EngineError> {
+        // Everything injected so far is in the history read below.
+        lock(&self.injected).remove(&task.id);
+        let history = self
+            .store
+            .history(task.id, task.metadata.history_from)
+            .await?;
+        let mut conversation = Conversation::rebuild(&history).map_err(EngineError::Internal)?;
+        let ctx = self.tool_context(task, control.token.clone());
+        if conversation.messages.is_empty() {
+            let system = self
+                .prompts
+                .render(
+                    PromptName::AgentSystem,
+                    &json!({
+                        "intent": task.intent,
+                        "role": ctx.role().as_str(),
+                        "platform": task.platform,
+                        "stream_id": task.stream_id.as_str(),
+                        "now": self.now().to_rfc3339(),
+                        "max_rounds": self.config.config().task.max_rounds,
+                    }),
+                )
+                .map_err(|e| EngineError::Internal(e.to_string()))?;
+            let first = [
+                ChatMessage::system(system),
+                ChatMessage::user(task.intent.clone()),
+            ];
+            self.checkpoint(task, 0, &first).await?;
+            conversation.messages.extend(first);
+        }
+        loop {
+            if let Some(reason) = control.reason() {
+                return Ok(RunEnd::Stopped(reason));
+            }
+            match conversation.tail() {
+                Tail::Answered(text) => return Ok(RunEnd::Answer(text)),
+                Tail::Unfinished(calls) => {
+                    match self
+                        .run_calls(task, &mut conversation, calls, &ctx, control)
+                        .await?
+                    {
+                        AfterCalls::Continue => {}
+                        AfterCalls::End(end) => return Ok(end),
+                    }
+                }
+                Tail::Empty | Tail::ReadyForModel => {
+                    if let Some(end) = self
+                        .model_round(task, &mut conversation, &ctx, control)
+                        .await?
+                    {
+                        return Ok(end);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One model call. Returns `Some` when the loop must end.
+    async fn model_round(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+        ctx: &ToolContext,
+        control: &RunControl,
+    ) -> Result<Option<RunEnd>, EngineError> {
+        self.read_injections(task, conversation).await?;
+        conversation.apply_injections();
+        let round = task.metadata.rounds + 1;
+        let max_rounds = self.config.config().task.max_rounds;
+        let last_round = round > max_rounds;
+        let tools = if last_round {
+            // Out of rounds: no tools, and an explicit request for an honest summary.
+            let note = self
+                .prompts
+                .render(
+                    PromptName::MaxRoundsReached,
+                    &json!({"max_rounds": max_rounds}),
+                )
+                .map_err(|e| EngineError::Internal(e.to_string()))?;
+            let message = ChatMessage::user(note);
+            self.checkpoint(task, round, std::slice::from_ref(&message))
+                .await?;
+            conversation.messages.push(message);
+            Vec::new()
+        } else {
+            self.tool_specs(ctx.role())
+        };
+        self.emit(TaskEvent::Round {
+            task_id: task.id,
+            round,
+        });
+        let request =
+            ChatRequest::new(ModelPurpose::Agent, conversation.messages.clone()).with_tools(tools);
+        let response = tokio::select! {
+            _ = control.token.cancelled() => {
+                return Ok(Some(RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown))));
+            }
+            response = self.model.complete(&request) => response,
+        };
+        let mut message = match response {
+            Ok(response) => response.message,
+            Err(error) => return Ok(Some(RunEnd::Failed(format!("model call failed: {error}")))),
+        };
+        if last_round {
+            message.tool_calls.clear();
+        }
+        if message.tool_calls.is_empty() && message.content.trim().is_empty() {
+            message.content = "(the agent finished without writing an answer)".to_owned();
+        }
+        task.metadata.rounds = round;
+        self.checkpoint(task, round, std::slice::from_ref(&message))
+            .await?;
+        conversation.messages.push(message);
+        Ok(None)
+    }
+
+    /// Runs the unanswered calls of the last model reply, in call order. `ask_user` is handled
+    /// last, after the gates, and suspends the task.
+    async fn run_calls(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+        calls: Vec<ToolCall>,
+        ctx: &ToolContext,
+        control: &RunControl,
+    ) -> Result<AfterCalls, EngineError> {
+        let round = task.metadata.rounds;
+        let mut question: Option<(ToolCall, Value)> = None;
+        for call in calls {
+            if let Some(reason) = control.reason() {
+                return Ok(AfterCalls::End(RunEnd::Stopped(reason)));
+            }
+            let role = ctx.role();
+            self.emit(TaskEvent::ToolCall {
+                task_id: task.id,
+                round,
+                tool: call.name.clone(),
+                arguments: head_tail(&call.arguments.to_string(), 300),
+            });
+            let outcome = if call.name == ASK_USER {
+                match self.registry.admit(ASK_USER, role, call.arguments.clone()) {
+                    Ok((_, args)) if question.is_none() => {
+                        question = Some((call, args));
+                        continue;
+                    }
+                    Ok(_) => ToolOutcome::error(
+                        OutcomeKind::Failed,
+                        "only one question at a time: ask again after the answer arrives",
+                    ),
+                    Err(refusal) => refusal,
+                }
+            } else if let Some(outcome) =
+                discovery::dispatch(&self.registry, &call.name, role, &call.arguments)
+            {
+                outcome
+            } else {
+                tokio::select! {
+                    _ = control.token.cancelled() => {
+                        return Ok(AfterCalls::End(RunEnd::Stopped(
+                            control.reason().unwrap_or(StopReason::Shutdown),
+                        )));
+                    }
+                    outcome = self.registry.execute(&call.name, role, call.arguments.clone(), ctx) => outcome,
+                }
+            };
+            self.record_result(task, conversation, &call, &outcome)
+                .await?;
+        }
+        match question {
+            Some((call, args)) => self.ask_user(task, conversation, call, args).await,
+            None => Ok(AfterCalls::Continue),
+        }
+    }
+
+    /// Checkpoints one tool result and adds it to the conversation.
+    pub(crate) async fn record_result(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+        call: &ToolCall,
+        outcome: &ToolOutcome,
+    ) -> Result<(), EngineError> {
+        let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
+        self.emit(TaskEvent::ToolResult {
+            task_id: task.id,
+            round: task.metadata.rounds,
+            tool: call.name.clone(),
+            ok: outcome.is_ok() && outcome.value.get("success") != Some(&Value::Bool(false)),
+            preview: head_tail(&text, 300),
+        });
+        let message = ChatMessage::tool_result(call.id.clone(), text);
+        self.checkpoint(task, task.metadata.rounds, std::slice::from_ref(&message))
+            .await?;
+        conversation.messages.push(message);
+        Ok(())
+    }
+
+    /// Saves the task and appends messages to its history in one transaction, only while the
+    /// task is still `running` as far as the store knows.
+    pub(crate) async fn checkpoint(
+        &self,
+        task: &mut TaskRecord,
+        round: u32,
+        messages: &[ChatMessage],
+    ) -> Result<(), EngineError> {
+        let at = self.now();
+        let entries: Vec<NewHistoryEntry> = messages
+            .iter()
+            .map(|message| {
+                Ok(NewHistoryEntry {
+                    round,
+                    kind: HistoryKind::Message,
+                    payload: serde_json::to_value(message)
+                        .map_err(|e| EngineError::Internal(e.to_string()))?,
+                    at,
+                })
+            })
+            .collect::<Result<_, EngineError>>()?;
+        task.metadata.history_len += entries.len() as u64;
+        task.updated_at = at;
+        match self
+            .store
+            .checkpoint(task, Some(TaskStatus::Running), &entries)
+            .await?
+        {
+            SaveOutcome::Saved => Ok(()),
+            SaveOutcome::Conflict { actual } => Err(EngineError::Internal(format!(
+                "task {} became {actual} while its loop was running",
+                task.id.short()
+            ))),
+        }
+    }
+
+    /// Reads instructions injected since the loop last looked (only when there are some).
+    async fn read_injections(
+        &self,
+        task: &TaskRecord,
+        conversation: &mut Conversation,
+    ) -> Result<(), EngineError> {
+        if !lock(&self.injected).remove(&task.id) {
+            return Ok(());
+        }
+        let from = conversation
+            .last_seq
+            .map_or(task.metadata.history_from, |seq| seq + 1);
+        for entry in self.store.history(task.id, from).await? {
+            conversation.last_seq = Some(entry.seq);
+            if entry.kind == HistoryKind::Injection {
+                let message: ChatMessage = serde_json::from_value(entry.payload)
+                    .map_err(|e| EngineError::Internal(format!("bad injection entry: {e}")))?;
+                conversation.pending_injections.push(message);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tool list of one round for `role`: essential, then discoverable.
+    pub(crate) fn tool_specs(&self, role: Role) -> Vec<ToolSpec> {
+        self.registry
+            .presented(role)
+            .iter()
+            .map(|tool| ToolSpec {
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
+                parameters: tool.parameters().clone(),
+            })
+            .collect()
+    }
+}

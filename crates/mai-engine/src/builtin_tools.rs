@@ -1,0 +1,147 @@
+//! The agent-loop tools the engine itself provides: `ask_user` (handled by the loop, registered
+//! so it passes the same gates and is presented every round) and the sub-agent tools.
+
+use std::sync::{Arc, Weak};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use mai_core::role::Role;
+use mai_core::tool::{ToolContext, ToolDefinition, ToolError, TypedTool, Visibility};
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::subagent::{self, SubagentRequest};
+
+pub const ASK_USER: &str = "ask_user";
+pub const ASK_SUBAGENT: &str = "ask_subagent";
+pub const ASK_SUBAGENTS: &str = "ask_subagents";
+
+/// Registers the engine's tools.
+pub(crate) fn register(engine: &Arc<Engine>) -> Result<(), EngineError> {
+    let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
+    let ask = ToolDefinition::typed(
+        ASK_USER,
+        "Ask the task's owner a question and wait for the answer. Use only when you cannot \
+         continue without their decision or missing facts.",
+        Visibility::Essential,
+        Role::User,
+        AskUser,
+    )
+    .map_err(invalid)?;
+    let weak = Arc::downgrade(engine);
+    let one = ToolDefinition::typed(
+        ASK_SUBAGENT,
+        "Delegate one focused sub-question to a helper agent with its own tool loop; returns its \
+         answer. Use for self-contained research; the helper cannot ask the user.",
+        Visibility::Discoverable,
+        Role::User,
+        AskSubagent(weak.clone()),
+    )
+    .map_err(invalid)?;
+    let many = ToolDefinition::typed(
+        ASK_SUBAGENTS,
+        "Run several independent sub-questions in parallel helper agents; returns each answer in \
+         order. Prefer over repeated ask_subagent when the questions do not depend on each other.",
+        Visibility::Discoverable,
+        Role::User,
+        AskSubagents(weak),
+    )
+    .map_err(invalid)?;
+    let enabled = engine.config.config().subagent.enabled;
+    engine.registry.edit(|edit| {
+        edit.register(ask);
+        if enabled {
+            edit.register(one);
+            edit.register(many);
+        }
+    });
+    Ok(())
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskUserArgs {
+    /// The question, written for the person.
+    pub question: String,
+    /// Why you ask (kept with the task, not sent).
+    #[serde(default)]
+    pub context: Option<String>,
+}
+
+struct AskUser;
+
+impl TypedTool for AskUser {
+    type Args = AskUserArgs;
+    async fn call(&self, _ctx: &ToolContext, _args: AskUserArgs) -> Result<Value, ToolError> {
+        // The agent loop answers ask_user itself; only a caller outside a task loop lands here.
+        Err(ToolError::new(
+            "ask_user works only in a task's own agent loop (not in sub-agents or the planner)",
+        ))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskSubagentArgs {
+    /// The sub-question, self-contained.
+    pub intent: String,
+    /// Restrict the helper to these tools (default: all it may use).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskSubagentsArgs {
+    /// Independent sub-questions, one helper each.
+    pub intents: Vec<String>,
+    /// Restrict the helpers to these tools (default: all they may use).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+struct AskSubagent(Weak<Engine>);
+
+impl TypedTool for AskSubagent {
+    type Args = AskSubagentArgs;
+    async fn call(&self, ctx: &ToolContext, args: AskSubagentArgs) -> Result<Value, ToolError> {
+        let engine = self
+            .0
+            .upgrade()
+            .ok_or_else(|| ToolError::new("the engine is stopping"))?;
+        subagent::ask(
+            &engine,
+            ctx,
+            SubagentRequest {
+                intents: vec![args.intent],
+                tools: args.tools,
+                single: true,
+            },
+        )
+        .await
+    }
+}
+
+struct AskSubagents(Weak<Engine>);
+
+impl TypedTool for AskSubagents {
+    type Args = AskSubagentsArgs;
+    async fn call(&self, ctx: &ToolContext, args: AskSubagentsArgs) -> Result<Value, ToolError> {
+        let engine = self
+            .0
+            .upgrade()
+            .ok_or_else(|| ToolError::new("the engine is stopping"))?;
+        subagent::ask(
+            &engine,
+            ctx,
+            SubagentRequest {
+                intents: args.intents,
+                tools: args.tools,
+                single: false,
+            },
+        )
+        .await
+    }
+}

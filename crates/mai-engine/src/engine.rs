@@ -1,0 +1,425 @@
+//! The engine value: what it owns, how it starts (registering its own tools, recovering every
+//! active task from the store) and how it stops (running tasks persisted as paused-by-stop).
+//!
+//! One `Engine` owns the store, model, host, registry, config and the scheduling state; front
+//! ends call the facade in `manager.rs`, never the store directly.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use mai_core::clock::Clock;
+use mai_core::config::LiveConfig;
+use mai_core::host::Host;
+use mai_core::ids::{Owner, StreamId};
+use mai_core::model::ChatModel;
+use mai_core::permission::Speaker;
+use mai_core::role::Role;
+use mai_core::store::TaskStore;
+use mai_core::task::{PauseCause, TaskId, TaskRecord, TaskStatus};
+use mai_core::tool::{RoleProvider, ToolContext, ToolRegistry};
+
+use crate::error::EngineError;
+use crate::events::{Events, TaskEvent};
+use crate::prompts::Prompts;
+use crate::scheduler::{ReadyQueue, Timers};
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Engine maps are updated with single inserts/removes that cannot panic half-way, so a
+    // poisoned lock still guards consistent data.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What the engine is built from.
+pub struct EngineDeps {
+    pub store: Arc<dyn TaskStore>,
+    pub model: Arc<dyn ChatModel>,
+    pub host: Arc<dyn Host>,
+    pub registry: Arc<ToolRegistry>,
+    pub config: Arc<LiveConfig>,
+    pub prompts: Arc<Prompts>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Why a running task is asked to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    Cancel { actor: String },
+    Pause { actor: String },
+    Shutdown,
+    Timeout { minutes: u32 },
+}
+
+/// The handle to one running task: how to ask it to stop, and why.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunControl {
+    pub token: CancellationToken,
+    reason: Arc<Mutex<Option<StopReason>>>,
+}
+
+impl RunControl {
+    /// Asks the task to stop; the first reason wins.
+    pub(crate) fn stop(&self, reason: StopReason) {
+        let mut current = lock(&self.reason);
+        if current.is_none() {
+            *current = Some(reason);
+        }
+        drop(current);
+        self.token.cancel();
+    }
+
+    pub(crate) fn reason(&self) -> Option<StopReason> {
+        lock(&self.reason).clone()
+    }
+}
+
+/// Tasks waiting for their owner's answer, per (owner, stream), oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct WaitingIndex {
+    by_chat: HashMap<(Owner, StreamId), VecDeque<TaskId>>,
+    chat_of: HashMap<TaskId, (Owner, StreamId)>,
+}
+
+impl WaitingIndex {
+    pub(crate) fn register(&mut self, id: TaskId, owner: Owner, stream: StreamId) {
+        if self.chat_of.contains_key(&id) {
+            return;
+        }
+        self.by_chat
+            .entry((owner.clone(), stream.clone()))
+            .or_default()
+            .push_back(id);
+        self.chat_of.insert(id, (owner, stream));
+    }
+
+    /// Takes the oldest task waiting in this chat: exactly one reply wakes exactly one task.
+    pub(crate) fn take_oldest(&mut self, owner: &Owner, stream: &StreamId) -> Option<TaskId> {
+        let key = (owner.clone(), stream.clone());
+        let queue = self.by_chat.get_mut(&key)?;
+        let id = queue.pop_front();
+        if queue.is_empty() {
+            self.by_chat.remove(&key);
+        }
+        if let Some(id) = id {
+            self.chat_of.remove(&id);
+        }
+        id
+    }
+
+    /// Removes `id`; returns whether it was waiting (the caller that removes it owns the wake).
+    pub(crate) fn remove(&mut self, id: TaskId) -> bool {
+        let Some(key) = self.chat_of.remove(&id) else {
+            return false;
+        };
+        if let Some(queue) = self.by_chat.get_mut(&key) {
+            queue.retain(|t| *t != id);
+            if queue.is_empty() {
+                self.by_chat.remove(&key);
+            }
+        }
+        true
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.chat_of.len()
+    }
+}
+
+/// The role of a task's owner in the task's stream, re-resolved from the live config on every
+/// call, so a permission change applies to running tasks. Planner tasks are admin.
+struct TaskRole {
+    config: Arc<LiveConfig>,
+    owner: Owner,
+    platform: String,
+    group_id: Option<String>,
+}
+
+impl RoleProvider for TaskRole {
+    fn role(&self) -> Role {
+        match &self.owner {
+            Owner::Planner(_) => Role::Admin,
+            Owner::Person(person) => self.config.load().permissions.resolve(&Speaker {
+                platform: &self.platform,
+                user_id: &person.user_id,
+                group_id: self.group_id.as_deref(),
+            }),
+        }
+    }
+}
+
+/// The engine.
+pub struct Engine {
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) model: Arc<dyn ChatModel>,
+    pub(crate) host: Arc<dyn Host>,
+    pub(crate) registry: Arc<ToolRegistry>,
+    pub(crate) config: Arc<LiveConfig>,
+    pub(crate) prompts: Arc<Prompts>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) queue: ReadyQueue,
+    pub(crate) schedule_timers: Arc<Timers>,
+    pub(crate) question_timers: Arc<Timers>,
+    pub(crate) waiting: Mutex<WaitingIndex>,
+    pub(crate) running: Mutex<HashMap<TaskId, RunControl>>,
+    /// Serializes recording answers, so two answers racing for one question never both land.
+    pub(crate) answer_lock: tokio::sync::Mutex<()>,
+    /// Tasks with injected instructions not yet read by their loop.
+    pub(crate) injected: Mutex<HashSet<TaskId>>,
+    pub(crate) events: Events,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+    /// Set by [`Engine::start`]; before that nothing is dispatched (CLI task commands use an
+    /// engine that only reads and writes the store).
+    started: std::sync::atomic::AtomicBool,
+    me: Weak<Engine>,
+}
+
+impl Engine {
+    /// Builds the engine and registers its own tools. Nothing runs until [`Engine::start`].
+    pub fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
+        let engine = Arc::new_cyclic(|me| Engine {
+            schedule_timers: Arc::new(Timers::new(deps.clock.clone())),
+            question_timers: Arc::new(Timers::new(deps.clock.clone())),
+            store: deps.store,
+            model: deps.model,
+            host: deps.host,
+            registry: deps.registry,
+            config: deps.config,
+            prompts: deps.prompts,
+            clock: deps.clock,
+            queue: ReadyQueue::default(),
+            waiting: Mutex::new(WaitingIndex::default()),
+            running: Mutex::new(HashMap::new()),
+            answer_lock: tokio::sync::Mutex::new(()),
+            injected: Mutex::new(HashSet::new()),
+            events: Events::new(),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            started: std::sync::atomic::AtomicBool::new(false),
+            me: me.clone(),
+        });
+        crate::builtin_tools::register(&engine)?;
+        Ok(engine)
+    }
+
+    /// Recovers every active task from the store and starts timers and dispatching.
+    pub async fn start(&self) -> Result<(), EngineError> {
+        use std::sync::atomic::Ordering;
+        if self.started.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.start_timers();
+        self.recover().await?;
+        self.dispatch();
+        Ok(())
+    }
+
+    pub(crate) fn arc(&self) -> Option<Arc<Engine>> {
+        self.me.upgrade()
+    }
+
+    /// Subscribe to task events (progress output, tests, metrics).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<TaskEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn registry(&self) -> &Arc<ToolRegistry> {
+        &self.registry
+    }
+
+    pub fn config(&self) -> &Arc<LiveConfig> {
+        &self.config
+    }
+
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    pub(crate) fn emit(&self, event: TaskEvent) {
+        self.events.emit(event);
+    }
+
+    fn start_timers(&self) {
+        let Some(engine) = self.arc() else { return };
+        let weak = Arc::downgrade(&engine);
+        let stop = self.shutdown.clone();
+        tokio::spawn(self.schedule_timers.clone().run(stop.clone(), move |id| {
+            let weak = weak.clone();
+            async move {
+                if let Some(engine) = weak.upgrade() {
+                    engine.on_due(id).await;
+                }
+            }
+        }));
+        let weak = Arc::downgrade(&engine);
+        tokio::spawn(self.question_timers.clone().run(stop, move |id| {
+            let weak = weak.clone();
+            async move {
+                if let Some(engine) = weak.upgrade() {
+                    engine.on_question_timeout(id).await;
+                }
+            }
+        }));
+    }
+
+    /// The context a task's tool calls run with.
+    pub(crate) fn tool_context(&self, task: &TaskRecord, cancel: CancellationToken) -> ToolContext {
+        ToolContext::new(
+            task.id,
+            task.owner.clone(),
+            task.stream_id.clone(),
+            task.platform.clone(),
+            Arc::new(TaskRole {
+                config: self.config.clone(),
+                owner: task.owner.clone(),
+                platform: task.platform.clone(),
+                group_id: task.metadata.group_id.clone(),
+            }),
+            cancel,
+            self.config.config(),
+        )
+    }
+
+    /// Tells the timers the clock jumped (a test clock was advanced, or the wall clock was set).
+    pub fn clock_changed(&self) {
+        self.schedule_timers.wake();
+        self.question_timers.wake();
+    }
+
+    /// Counts for status output and metrics.
+    pub fn load_figures(&self) -> LoadFigures {
+        LoadFigures {
+            running: self.queue.active_count(),
+            queued: self.queue.queued_count(),
+            scheduled: self.schedule_timers.len(),
+            waiting: lock(&self.waiting).len(),
+        }
+    }
+
+    /// Recovery on start-up (SYSTEM.md §6.4).
+    async fn recover(&self) -> Result<(), EngineError> {
+        let now = self.now();
+        for mut task in self.store.list_active().await? {
+            match task.status {
+                TaskStatus::Scheduled => {
+                    self.schedule_timers
+                        .arm(task.id, task.scheduled_at.unwrap_or(now));
+                }
+                TaskStatus::Pending => {
+                    self.queue.push(task.id, task.priority);
+                }
+                TaskStatus::Running => {
+                    let before = task.status;
+                    task.force(
+                        TaskStatus::Pending,
+                        "recovery",
+                        "recovered from running",
+                        now,
+                    );
+                    self.save_status(&task, before).await?;
+                    self.queue.push(task.id, task.priority);
+                }
+                TaskStatus::WaitingInput => self.recover_waiting(&task).await?,
+                TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Stop) => {
+                    task.transition(TaskStatus::Pending, "recovery", "resumed after stop", now)?;
+                    task.metadata.pause_cause = None;
+                    self.save_status(&task, TaskStatus::Paused).await?;
+                    self.queue.push(task.id, task.priority);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves a status change made by the engine itself; a conflict means someone else changed
+    /// the task first, which is logged and otherwise fine (they won).
+    pub(crate) async fn save_status(
+        &self,
+        task: &TaskRecord,
+        expected: TaskStatus,
+    ) -> Result<bool, EngineError> {
+        match self.store.save(task, Some(expected)).await? {
+            mai_core::store::SaveOutcome::Saved => {
+                if let Some(change) = task.status_log.last() {
+                    self.emit(TaskEvent::Status {
+                        task_id: task.id,
+                        status: task.status,
+                        reason: change.reason.clone(),
+                    });
+                }
+                Ok(true)
+            }
+            mai_core::store::SaveOutcome::Conflict { actual } => {
+                tracing::debug!(task = %task.id, %expected, %actual, "status changed concurrently");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Starts queued tasks while slots are free.
+    pub(crate) fn dispatch(&self) {
+        if self.shutdown.is_cancelled() || !self.started.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let Some(engine) = self.arc() else { return };
+        let cap = self.config.config().task.max_concurrent_tasks as usize;
+        for id in self.queue.take_dispatchable(cap) {
+            let engine = engine.clone();
+            self.tracker.spawn(async move { engine.run_one(id).await });
+        }
+    }
+
+    /// Queues a task and dispatches.
+    pub(crate) fn enqueue(&self, task: &TaskRecord) {
+        self.queue.push(task.id, task.priority);
+        self.dispatch();
+    }
+
+    /// A scheduled task is due.
+    async fn on_due(&self, id: TaskId) {
+        let result: Result<(), EngineError> = async {
+            let Some(mut task) = self.store.get(id).await? else {
+                return Ok(());
+            };
+            if task.status != TaskStatus::Scheduled {
+                return Ok(());
+            }
+            task.transition(TaskStatus::Pending, "scheduler", "due", self.now())?;
+            if self.save_status(&task, TaskStatus::Scheduled).await? {
+                self.enqueue(&task);
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::error!(task = %id, %error, "could not start a due task; it stays scheduled until the next start");
+        }
+    }
+
+    /// Graceful stop: running tasks stop at their next await and are persisted as
+    /// paused-by-stop; nothing new starts.
+    pub async fn stop(&self) {
+        self.shutdown.cancel();
+        let controls: Vec<RunControl> = lock(&self.running).values().cloned().collect();
+        for control in controls {
+            control.stop(StopReason::Shutdown);
+        }
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+/// How busy the engine is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LoadFigures {
+    pub running: usize,
+    pub queued: usize,
+    pub scheduled: usize,
+    pub waiting: usize,
+}

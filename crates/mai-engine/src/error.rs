@@ -1,0 +1,37 @@
+//! Errors of the task manager facade: each says what failed and what the caller can do.
+
+use mai_core::store::StoreError;
+use mai_core::task::{IllegalTransition, TaskStatus};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    #[error("no task of yours matches `{0}`; list your tasks to see their ids")]
+    NotFound(String),
+    #[error("`{reference}` matches several tasks ({candidates}); give more characters of the id")]
+    Ambiguous {
+        reference: String,
+        candidates: String,
+    },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error(
+        "invalid cron expression `{expr}`: {detail} (expected 5 fields: minute hour day month weekday, e.g. `0 18 * * *`)"
+    )]
+    InvalidCron { expr: String, detail: String },
+    #[error("task {short} is {status}; {what}")]
+    WrongState {
+        short: String,
+        status: TaskStatus,
+        what: &'static str,
+    },
+    #[error("the engine is stopping; try again after the restart")]
+    Stopping,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Transition(#[from] IllegalTransition),
+    #[error("internal error: {0}")]
+    Internal(String),
+}

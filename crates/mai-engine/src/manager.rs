@@ -1,0 +1,451 @@
+//! The task manager facade: the only API front ends (CLI, HTTP, MCP, chat commands, tools) use.
+//!
+//! Every method takes the caller's identity and checks it here: guests only read what they may
+//! see, users create and manage their own tasks, admins manage any. A task reference (full id,
+//! unique prefix, unique title) is resolved first, then the ownership check runs on the result.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde::Serialize;
+use serde_json::json;
+
+use mai_core::ids::{Owner, StreamId};
+use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
+use mai_core::role::{Role, require};
+use mai_core::store::{HistoryEntry, HistoryKind, NewHistoryEntry, Resolved, TaskFilter};
+use mai_core::task::{
+    NewTask, PauseCause, StatusChange, TaskLevel, TaskRecord, TaskStatus, Trigger,
+};
+
+use crate::engine::{Engine, StopReason, lock};
+use crate::error::EngineError;
+use crate::events::TaskEvent;
+use crate::prompts::PromptName;
+use crate::runner::next_fire;
+
+/// Longest intent accepted.
+const MAX_INTENT_CHARS: usize = 8_000;
+/// How long a title may take before the intent's first words are used.
+const TITLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Who is asking, and from where.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub owner: Owner,
+    pub role: Role,
+    pub stream_id: StreamId,
+    pub platform: String,
+    /// The group of the caller's stream (`None` = private chat).
+    pub group_id: Option<String>,
+}
+
+impl Caller {
+    /// The actor string written into status logs.
+    fn actor(&self) -> String {
+        self.owner.to_string()
+    }
+
+    /// Whether the caller may see or act on `task` at all (admins: every task).
+    fn owns(&self, task: &TaskRecord) -> bool {
+        self.role == Role::Admin || task.owner == self.owner
+    }
+}
+
+/// A request to create a task.
+#[derive(Debug, Clone)]
+pub struct CreateTask {
+    pub intent: String,
+    pub level: TaskLevel,
+    pub trigger: Trigger,
+    pub priority: i32,
+    pub reply_stream_id: Option<StreamId>,
+    /// A title chosen by the caller; otherwise the model writes one.
+    pub title: Option<String>,
+    pub max_runtime_min: Option<u32>,
+    pub parent_task_id: Option<mai_core::task::TaskId>,
+}
+
+impl CreateTask {
+    /// An agent task that runs now.
+    pub fn agent(intent: impl Into<String>) -> Self {
+        CreateTask {
+            intent: intent.into(),
+            level: TaskLevel::Agent,
+            trigger: Trigger::Now,
+            priority: 0,
+            reply_stream_id: None,
+            title: None,
+            max_runtime_min: None,
+            parent_task_id: None,
+        }
+    }
+}
+
+/// A task's timeline: its status log and its agent history.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskHistory {
+    pub task: TaskRecord,
+    pub status_log: Vec<StatusChange>,
+    pub entries: Vec<HistoryEntry>,
+}
+
+impl Engine {
+    /// Creates a task: guests are refused; the record is persisted, then scheduled.
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        request: CreateTask,
+    ) -> Result<TaskRecord, EngineError> {
+        require(caller.role, Role::User)
+            .map_err(|_| EngineError::PermissionDenied("guests cannot create tasks".into()))?;
+        if self.shutdown.is_cancelled() {
+            return Err(EngineError::Stopping);
+        }
+        let intent = request.intent.trim().to_owned();
+        if intent.is_empty() {
+            return Err(EngineError::Invalid(
+                "the intent is empty; say what the task should do".into(),
+            ));
+        }
+        if intent.chars().count() > MAX_INTENT_CHARS {
+            return Err(EngineError::Invalid(format!(
+                "the intent is longer than {MAX_INTENT_CHARS} characters; shorten it"
+            )));
+        }
+        let now = self.now();
+        let (status, scheduled_at) = match &request.trigger {
+            Trigger::Now => (TaskStatus::Pending, None),
+            Trigger::Delay { seconds } => {
+                let delay =
+                    chrono::Duration::seconds(i64::try_from(*seconds).unwrap_or(i64::MAX / 1000));
+                (TaskStatus::Scheduled, Some(now + delay))
+            }
+            Trigger::Cron { expr } => {
+                let next = next_fire(expr, now).map_err(|detail| EngineError::InvalidCron {
+                    expr: expr.clone(),
+                    detail,
+                })?;
+                (TaskStatus::Scheduled, Some(next))
+            }
+        };
+        let title = match request.title.filter(|t| !t.trim().is_empty()) {
+            Some(title) => title.trim().chars().take(80).collect(),
+            None => self.title_for(&intent).await,
+        };
+        let mut task = TaskRecord::new(
+            NewTask {
+                title,
+                intent,
+                level: request.level,
+                owner: caller.owner.clone(),
+                stream_id: caller.stream_id.clone(),
+                platform: caller.platform.clone(),
+                reply_stream_id: request.reply_stream_id,
+                trigger: request.trigger,
+                priority: request.priority,
+                max_runtime_min: request.max_runtime_min.unwrap_or(0),
+            },
+            status,
+            &caller.actor(),
+            now,
+        );
+        task.scheduled_at = scheduled_at;
+        task.metadata.group_id = caller.group_id.clone();
+        task.metadata.parent_task_id = request.parent_task_id;
+        self.store.insert(&task).await?;
+        self.emit(TaskEvent::Created {
+            task_id: task.id,
+            title: task.title.clone(),
+        });
+        match scheduled_at {
+            Some(at) => self.schedule_timers.arm(task.id, at),
+            None => self.enqueue(&task),
+        }
+        Ok(task)
+    }
+
+    /// A short title from the model, or the intent's first 40 characters.
+    async fn title_for(&self, intent: &str) -> String {
+        let fallback = || intent.chars().take(40).collect::<String>();
+        let Ok(prompt) = self
+            .prompts
+            .render(PromptName::Title, &json!({"intent": intent}))
+        else {
+            return fallback();
+        };
+        let request = ChatRequest::new(ModelPurpose::Title, vec![ChatMessage::user(prompt)]);
+        match tokio::time::timeout(TITLE_TIMEOUT, self.model.complete(&request)).await {
+            Ok(Ok(response)) => {
+                let title = response.message.content.lines().next().unwrap_or_default();
+                let title = title
+                    .trim()
+                    .trim_matches(['"', '“', '”', '「', '」'])
+                    .trim();
+                if title.is_empty() {
+                    fallback()
+                } else {
+                    title.chars().take(80).collect()
+                }
+            }
+            _ => fallback(),
+        }
+    }
+
+    /// Tasks the caller may see: admins any (as filtered), others their own.
+    pub async fn list(
+        &self,
+        caller: &Caller,
+        mut filter: TaskFilter,
+    ) -> Result<Vec<TaskRecord>, EngineError> {
+        if caller.role != Role::Admin {
+            filter.owner = Some(caller.owner.clone());
+        }
+        Ok(self.store.list(&filter).await?)
+    }
+
+    /// Resolves a reference (full id, unique id prefix, unique title), then checks that the
+    /// caller may see the task.
+    pub async fn resolve(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<TaskRecord, EngineError> {
+        let reference = reference.trim();
+        match self.store.resolve(reference).await? {
+            Resolved::Found(task) if caller.owns(&task) => Ok(*task),
+            Resolved::Found(_) | Resolved::NotFound => {
+                Err(EngineError::NotFound(reference.to_owned()))
+            }
+            Resolved::Ambiguous(ids) => Err(EngineError::Ambiguous {
+                reference: reference.to_owned(),
+                candidates: ids
+                    .iter()
+                    .map(|id| id.short())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// The caller's task for a change: resolved, visible, and the caller at least a user.
+    async fn resolve_for_change(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<TaskRecord, EngineError> {
+        require(caller.role, Role::User)
+            .map_err(|_| EngineError::PermissionDenied("guests can only read tasks".into()))?;
+        self.resolve(caller, reference).await
+    }
+
+    /// The status log and agent history of a task.
+    pub async fn history(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<TaskHistory, EngineError> {
+        let task = self.resolve(caller, reference).await?;
+        let entries = self.store.history(task.id, 0).await?;
+        Ok(TaskHistory {
+            status_log: task.status_log.clone(),
+            task,
+            entries,
+        })
+    }
+
+    /// Adds an instruction to a running task (applied before its next model call) or answers a
+    /// waiting one.
+    pub async fn inject(
+        &self,
+        caller: &Caller,
+        reference: &str,
+        instruction: &str,
+    ) -> Result<TaskRecord, EngineError> {
+        let instruction = instruction.trim();
+        if instruction.is_empty() {
+            return Err(EngineError::Invalid("the instruction is empty".into()));
+        }
+        let task = self.resolve_for_change(caller, reference).await?;
+        match task.status {
+            TaskStatus::WaitingInput => {
+                if self.answer_task(task.id, instruction).await? {
+                    return Ok(task);
+                }
+                // Already answered and about to resume: add it as an instruction instead.
+                self.append_injection(&task, caller, instruction).await?;
+                Ok(task)
+            }
+            TaskStatus::Running | TaskStatus::Pending if task.level == TaskLevel::Agent => {
+                self.append_injection(&task, caller, instruction).await?;
+                Ok(task)
+            }
+            status => Err(EngineError::WrongState {
+                short: task.id.short(),
+                status,
+                what: "instructions can only be added to running or waiting agent tasks",
+            }),
+        }
+    }
+
+    async fn append_injection(
+        &self,
+        task: &TaskRecord,
+        caller: &Caller,
+        instruction: &str,
+    ) -> Result<(), EngineError> {
+        let text = self
+            .prompts
+            .render(
+                PromptName::Injection,
+                &json!({"instruction": instruction, "source": caller.actor()}),
+            )
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let entry = NewHistoryEntry {
+            round: task.metadata.rounds,
+            kind: HistoryKind::Injection,
+            payload: serde_json::to_value(ChatMessage::user(text))
+                .map_err(|e| EngineError::Internal(e.to_string()))?,
+            at: Utc::now(),
+        };
+        self.store.append_history(task.id, &[entry]).await?;
+        lock(&self.injected).insert(task.id);
+        Ok(())
+    }
+
+    /// Answers a waiting task (`/maitask ask <id> …`).
+    pub async fn answer(
+        &self,
+        caller: &Caller,
+        reference: &str,
+        text: &str,
+    ) -> Result<TaskRecord, EngineError> {
+        let task = self.resolve_for_change(caller, reference).await?;
+        if task.status != TaskStatus::WaitingInput || !self.answer_task(task.id, text).await? {
+            return Err(EngineError::WrongState {
+                short: task.id.short(),
+                status: task.status,
+                what: "only a task waiting for an answer can be answered",
+            });
+        }
+        Ok(task)
+    }
+
+    /// Cancels a task: at once when it is not running; cooperatively (at its next await) when
+    /// it is. Returns the task as it is after the request.
+    pub async fn cancel(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<TaskRecord, EngineError> {
+        let task = self.resolve_for_change(caller, reference).await?;
+        self.stop_task(
+            task,
+            StopReason::Cancel {
+                actor: caller.actor(),
+            },
+            TaskStatus::Cancelled,
+        )
+        .await
+    }
+
+    /// Pauses a task; a running one pauses at its next await and resumes from its checkpoint.
+    pub async fn pause(&self, caller: &Caller, reference: &str) -> Result<TaskRecord, EngineError> {
+        let task = self.resolve_for_change(caller, reference).await?;
+        self.stop_task(
+            task,
+            StopReason::Pause {
+                actor: caller.actor(),
+            },
+            TaskStatus::Paused,
+        )
+        .await
+    }
+
+    async fn stop_task(
+        &self,
+        mut task: TaskRecord,
+        reason: StopReason,
+        to: TaskStatus,
+    ) -> Result<TaskRecord, EngineError> {
+        let actor = match &reason {
+            StopReason::Cancel { actor } | StopReason::Pause { actor } => actor.clone(),
+            _ => "engine".to_owned(),
+        };
+        loop {
+            let from = task.status;
+            if from == TaskStatus::Running {
+                let control = lock(&self.running).get(&task.id).cloned();
+                if let Some(control) = control {
+                    control.stop(reason);
+                    return Ok(task);
+                }
+            }
+            if !from.can_become(to) {
+                return Err(EngineError::WrongState {
+                    short: task.id.short(),
+                    status: from,
+                    what: if to == TaskStatus::Cancelled {
+                        "it can no longer be cancelled"
+                    } else {
+                        "only scheduled, pending, running or waiting tasks can be paused"
+                    },
+                });
+            }
+            let verb = if to == TaskStatus::Cancelled {
+                "cancelled"
+            } else {
+                "paused"
+            };
+            task.transition(to, &actor, verb, self.now())?;
+            if to == TaskStatus::Paused {
+                task.metadata.pause_cause = Some(PauseCause::User);
+            }
+            if self.save_status(&task, from).await? {
+                self.schedule_timers.disarm(task.id);
+                self.queue.remove(task.id);
+                self.forget_question(task.id);
+                return Ok(task);
+            }
+            // It changed under us (dispatched, answered, finished): look again.
+            task = match self.store.get(task.id).await? {
+                Some(current) => current,
+                None => return Err(EngineError::NotFound(task.id.short())),
+            };
+        }
+    }
+
+    /// Resumes a paused task from its checkpoint.
+    pub async fn resume(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<TaskRecord, EngineError> {
+        let mut task = self.resolve_for_change(caller, reference).await?;
+        if task.status != TaskStatus::Paused {
+            return Err(EngineError::WrongState {
+                short: task.id.short(),
+                status: task.status,
+                what: "only paused tasks can be resumed",
+            });
+        }
+        task.transition(TaskStatus::Pending, &caller.actor(), "resumed", self.now())?;
+        task.metadata.pause_cause = None;
+        if self.save_status(&task, TaskStatus::Paused).await? {
+            self.enqueue(&task);
+        }
+        Ok(task)
+    }
+
+    /// A task by id, for the caller.
+    pub async fn get(
+        &self,
+        caller: &Caller,
+        id: mai_core::task::TaskId,
+    ) -> Result<TaskRecord, EngineError> {
+        match self.store.get(id).await? {
+            Some(task) if caller.owns(&task) => Ok(task),
+            _ => Err(EngineError::NotFound(id.to_string())),
+        }
+    }
+}

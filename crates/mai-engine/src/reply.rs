@@ -1,0 +1,251 @@
+//! The reply path (SYSTEM.md §8): polish (optional, never blocking), split, and send with
+//! retries; and instant tasks, which deliver one text through it.
+//!
+//! An instant task fixes its final parts in the record before sending the first, and records
+//! each part sent, so a restart neither loses a reply nor sends a part twice (at most the part
+//! in flight at the crash).
+
+use std::time::Duration;
+
+use rand::Rng;
+use serde_json::json;
+
+use mai_core::host::Delivery;
+use mai_core::ids::StreamId;
+use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
+use mai_core::store::SaveOutcome;
+use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus};
+
+use crate::engine::{Engine, RunControl, StopReason};
+use crate::events::TaskEvent;
+use crate::prompts::PromptName;
+use crate::runner::RunEnd;
+use crate::splitter;
+
+/// How long a polish may take before the original text is sent instead.
+const POLISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Engine {
+    /// Delivers an instant task's text to its reply stream.
+    pub(crate) async fn run_instant(&self, task: &mut TaskRecord, control: &RunControl) -> RunEnd {
+        let stream = task.reply_stream().clone();
+        if task.metadata.delivery.is_none() {
+            let text = task
+                .metadata
+                .answer
+                .clone()
+                .unwrap_or_else(|| task.intent.clone());
+            let polish = !task.metadata.raw;
+            let parts = tokio::select! {
+                _ = control.token.cancelled() => {
+                    return RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown));
+                }
+                parts = self.prepare_parts(&stream, &text, polish, true) => parts,
+            };
+            task.metadata.delivery = Some(DeliveryProgress { parts, sent: 0 });
+            if let Err(end) = self.save_progress(task).await {
+                return end;
+            }
+        }
+        loop {
+            let Some(progress) = &task.metadata.delivery else {
+                return RunEnd::Failed("delivery progress vanished".into());
+            };
+            let Some(part) = progress.parts.get(progress.sent).cloned() else {
+                return RunEnd::Delivered;
+            };
+            if let Some(reason) = control.reason() {
+                return RunEnd::Stopped(reason);
+            }
+            let sent = tokio::select! {
+                _ = control.token.cancelled() => {
+                    return RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown));
+                }
+                sent = self.send_with_retries(task.id, &stream, &part) => sent,
+            };
+            if let Err(error) = sent {
+                return RunEnd::Failed(error);
+            }
+            if let Some(progress) = task.metadata.delivery.as_mut() {
+                progress.sent += 1;
+            }
+            if let Err(end) = self.save_progress(task).await {
+                return end;
+            }
+        }
+    }
+
+    async fn save_progress(&self, task: &mut TaskRecord) -> Result<(), RunEnd> {
+        task.updated_at = self.now();
+        match self.store.save(task, Some(TaskStatus::Running)).await {
+            Ok(SaveOutcome::Saved) => Ok(()),
+            Ok(SaveOutcome::Conflict { actual }) => Err(RunEnd::Failed(format!(
+                "task became {actual} while delivering"
+            ))),
+            Err(error) => Err(RunEnd::Failed(format!(
+                "could not record delivery progress: {error}"
+            ))),
+        }
+    }
+
+    /// Polishes (if asked and enabled), splits (if asked and enabled), and sends every part.
+    /// Used for questions, which are not tasks of their own.
+    pub(crate) async fn deliver(
+        &self,
+        task_id: TaskId,
+        stream: &StreamId,
+        text: &str,
+        polish: bool,
+        split: bool,
+    ) -> Result<(), String> {
+        for part in self.prepare_parts(stream, text, polish, split).await {
+            self.send_with_retries(task_id, stream, &part).await?;
+        }
+        Ok(())
+    }
+
+    /// The final parts of a text: polished if asked and enabled, split if asked and enabled.
+    pub(crate) async fn prepare_parts(
+        &self,
+        stream: &StreamId,
+        text: &str,
+        polish: bool,
+        split: bool,
+    ) -> Vec<String> {
+        let config = self.config.config();
+        let text = if polish && config.polish.enabled {
+            self.polish(stream, text).await
+        } else {
+            text.to_owned()
+        };
+        if split && config.splitter.enable {
+            let parts = splitter::split(
+                &text,
+                config.splitter.max_length as usize,
+                config.splitter.max_messages as usize,
+            );
+            if !parts.is_empty() {
+                return parts;
+            }
+        }
+        if text.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![text]
+        }
+    }
+
+    /// Rewrites machine output into a chat reply in the bot's persona. Any failure returns the
+    /// original text: polish never blocks a reply.
+    pub(crate) async fn polish(&self, stream: &StreamId, text: &str) -> String {
+        match tokio::time::timeout(POLISH_TIMEOUT, self.try_polish(stream, text)).await {
+            Ok(Ok(polished)) if !polished.trim().is_empty() => polished.trim().to_owned(),
+            Ok(Ok(_)) => text.to_owned(),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "polish failed; sending the original text");
+                text.to_owned()
+            }
+            Err(_) => {
+                tracing::warn!("polish timed out; sending the original text");
+                text.to_owned()
+            }
+        }
+    }
+
+    async fn try_polish(&self, stream: &StreamId, text: &str) -> Result<String, String> {
+        let config = self.config.config();
+        let persona = self.host.persona().await;
+        let recent = self
+            .host
+            .recent_messages(stream, 10)
+            .await
+            .map_err(|e| e.to_string())?;
+        let jargon = if config.polish.use_jargon {
+            self.host
+                .jargon(stream, text)
+                .await
+                .map_err(|e| e.to_string())?
+        } else {
+            Vec::new()
+        };
+        let prompt = self
+            .prompts
+            .render(
+                PromptName::Polish,
+                &json!({
+                    "text": text,
+                    "bot_name": persona.bot_name,
+                    "personality": persona.personality,
+                    "reply_style": persona.reply_style,
+                    "recent_messages": recent,
+                    "jargon": jargon,
+                    "use_jargon": config.polish.use_jargon,
+                }),
+            )
+            .map_err(|e| e.to_string())?;
+        let request = ChatRequest::new(ModelPurpose::Replyer, vec![ChatMessage::user(prompt)]);
+        let response = self
+            .model
+            .complete(&request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(response.message.content)
+    }
+
+    /// Sends one part, retrying with exponential backoff and jitter. A send the host reports as
+    /// not delivered counts as a failure.
+    pub(crate) async fn send_with_retries(
+        &self,
+        task_id: TaskId,
+        stream: &StreamId,
+        part: &str,
+    ) -> Result<(), String> {
+        let send = self.config.config().send.clone();
+        let mut last_error = String::new();
+        for attempt in 0..=send.max_retries {
+            if attempt > 0 {
+                let base = send
+                    .retry_base_ms
+                    .saturating_mul(1 << (attempt - 1).min(10));
+                let jitter = rand::rng().random_range(0..=base / 2);
+                tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+            }
+            match self.host.send_text(stream, part).await {
+                Ok(Delivery::Sent) => {
+                    self.emit(TaskEvent::Sent {
+                        task_id,
+                        stream_id: stream.clone(),
+                        text: part.to_owned(),
+                    });
+                    return Ok(());
+                }
+                Ok(Delivery::Rejected(reason)) => {
+                    last_error = format!("the host did not deliver it: {reason}")
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+            tracing::warn!(task = %task_id, stream = %stream, attempt, error = %last_error, "send failed");
+        }
+        Err(format!(
+            "could not send to stream {stream} after {} attempts: {last_error}",
+            send.max_retries + 1
+        ))
+    }
+
+    /// Cross-stream replies leave an invisible note in the target stream saying why.
+    pub(crate) async fn note_cross_stream(&self, task: &TaskRecord, text: &str) {
+        let target = task.reply_stream();
+        let summary: String = text.chars().take(200).collect();
+        match self.prompts.render(
+            PromptName::NoteCrossStream,
+            &json!({"title": task.title, "origin_stream": task.stream_id.as_str(), "summary": summary}),
+        ) {
+            Ok(note) => {
+                if let Err(error) = self.host.append_context(target, &note).await {
+                    tracing::warn!(task = %task.id, %error, "could not add the cross-stream note");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "note_cross_stream template failed"),
+        }
+    }
+}

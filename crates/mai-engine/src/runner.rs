@@ -1,0 +1,309 @@
+//! Running one dispatched task from its slot to its next resting state: claim it with a
+//! compare-and-set, run the agent loop or the delivery, then persist how it ended (completed
+//! with a reply task, failed with a notice, waiting, paused, cancelled) and re-arm cron tasks.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use mai_core::store::StoreError;
+use mai_core::task::{NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
+
+use crate::conversation::{Conversation, Tail};
+use crate::engine::{Engine, RunControl, StopReason, lock};
+use crate::error::EngineError;
+use crate::events::TaskEvent;
+
+/// How a run segment ended.
+#[derive(Debug)]
+pub(crate) enum RunEnd {
+    /// An agent's final answer.
+    Answer(String),
+    /// An instant task delivered its text.
+    Delivered,
+    /// The task asked its owner and is now `waiting_input` (already persisted).
+    Waiting,
+    Stopped(StopReason),
+    Failed(String),
+}
+
+const ACTOR: &str = "scheduler";
+
+impl Engine {
+    /// Runs a dispatched task, then frees its slot and dispatches more.
+    pub(crate) async fn run_one(&self, id: TaskId) {
+        if let Err(error) = self.run_claimed(id).await {
+            tracing::error!(task = %id, %error, "task run failed inside the engine");
+        }
+        lock(&self.running).remove(&id);
+        self.queue.finish(id);
+        self.dispatch();
+    }
+
+    async fn run_claimed(&self, id: TaskId) -> Result<(), EngineError> {
+        let Some(mut task) = self.store.get(id).await? else {
+            return Ok(());
+        };
+        let from = task.status;
+        match from {
+            TaskStatus::Pending => {}
+            // Queued because its question was answered (or timed out).
+            TaskStatus::WaitingInput if self.question_answered(&task).await? => {}
+            _ => return Ok(()),
+        }
+        // Register the control before claiming, so a cancel that sees `running` finds it.
+        let control = RunControl::default();
+        lock(&self.running).insert(id, control.clone());
+        let reason = if from == TaskStatus::WaitingInput {
+            "resumed with the answer"
+        } else {
+            "dispatched"
+        };
+        let started = self.now();
+        task.transition(TaskStatus::Running, ACTOR, reason, started)?;
+        task.metadata.waiting = None;
+        task.metadata.pause_cause = None;
+        if !self.save_status(&task, from).await? {
+            return Ok(());
+        }
+
+        let end = self.run_with_deadline(&mut task, &control).await;
+        let spent = (self.now() - started).num_seconds().max(0) as u64;
+        task.metadata.runtime_secs += spent;
+        self.finish_run(task, end).await
+    }
+
+    /// Runs the task's work, asking it to stop once `max_runtime_min` (running time only) is
+    /// used up.
+    async fn run_with_deadline(&self, task: &mut TaskRecord, control: &RunControl) -> RunEnd {
+        let minutes = if task.max_runtime_min > 0 {
+            task.max_runtime_min
+        } else {
+            self.config.config().task.max_runtime_min
+        };
+        let budget = (minutes > 0).then(|| {
+            Duration::from_secs(
+                (u64::from(minutes) * 60).saturating_sub(task.metadata.runtime_secs),
+            )
+        });
+        let level = task.level;
+        let work = async {
+            match level {
+                TaskLevel::Agent => self.run_agent(task, control).await,
+                TaskLevel::Instant => self.run_instant(task, control).await,
+            }
+        };
+        tokio::pin!(work);
+        match budget {
+            None => work.await,
+            Some(budget) => {
+                tokio::select! {
+                    end = &mut work => end,
+                    _ = tokio::time::sleep(budget) => {
+                        control.stop(StopReason::Timeout { minutes });
+                        work.await
+                    }
+                }
+            }
+        }
+    }
+
+    /// Persists how a run ended.
+    async fn finish_run(&self, mut task: TaskRecord, end: RunEnd) -> Result<(), EngineError> {
+        let now = self.now();
+        match end {
+            RunEnd::Waiting => Ok(()),
+            RunEnd::Answer(text) => {
+                self.create_reply(&task, &text, false).await?;
+                task.metadata.answer = Some(text.clone());
+                task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
+                self.emit(TaskEvent::Answer {
+                    task_id: task.id,
+                    text,
+                });
+                if self.save_status(&task, TaskStatus::Running).await? {
+                    self.rearm_cron(task).await?;
+                }
+                Ok(())
+            }
+            RunEnd::Delivered => {
+                task.transition(TaskStatus::Completed, ACTOR, "delivered", now)?;
+                if self.save_status(&task, TaskStatus::Running).await? {
+                    self.rearm_cron(task).await?;
+                }
+                Ok(())
+            }
+            RunEnd::Failed(error) => self.fail(task, &error).await,
+            RunEnd::Stopped(StopReason::Timeout { minutes }) => {
+                self.fail(
+                    task,
+                    &format!("ran longer than its limit of {minutes} minutes"),
+                )
+                .await
+            }
+            RunEnd::Stopped(StopReason::Cancel { actor }) => {
+                task.transition(
+                    TaskStatus::Cancelled,
+                    &actor,
+                    "cancelled while running",
+                    now,
+                )?;
+                self.save_status(&task, TaskStatus::Running).await.map(drop)
+            }
+            RunEnd::Stopped(StopReason::Pause { actor }) => {
+                task.metadata.pause_cause = Some(PauseCause::User);
+                task.transition(TaskStatus::Paused, &actor, "paused", now)?;
+                self.save_status(&task, TaskStatus::Running).await.map(drop)
+            }
+            RunEnd::Stopped(StopReason::Shutdown) => {
+                task.metadata.pause_cause = Some(PauseCause::Stop);
+                task.transition(TaskStatus::Paused, "shutdown", "paused by stop", now)?;
+                self.save_status(&task, TaskStatus::Running).await.map(drop)
+            }
+        }
+    }
+
+    async fn fail(&self, mut task: TaskRecord, error: &str) -> Result<(), EngineError> {
+        task.metadata.error = Some(error.to_owned());
+        task.transition(TaskStatus::Failed, ACTOR, error, self.now())?;
+        let saved = self.save_status(&task, TaskStatus::Running).await?;
+        if saved && task.level == TaskLevel::Agent {
+            let notice = format!(
+                "Task \"{}\" ({}) failed: {error}",
+                task.title,
+                task.id.short()
+            );
+            self.create_reply(&task, &notice, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Turns an agent's answer (or failure notice) into an instant reply task to its reply
+    /// stream. The reply's id is derived from the task and its run, so creating it twice (after
+    /// a crash between this and the status save) is a no-op and the reply is sent once.
+    async fn create_reply(
+        &self,
+        task: &TaskRecord,
+        text: &str,
+        raw: bool,
+    ) -> Result<(), EngineError> {
+        let id = reply_task_id(task);
+        let mut reply = TaskRecord::new(
+            NewTask {
+                title: format!("reply: {}", task.title),
+                intent: format!("deliver the result of task {}", task.id.short()),
+                level: TaskLevel::Instant,
+                owner: task.owner.clone(),
+                stream_id: task.reply_stream().clone(),
+                platform: task.platform.clone(),
+                reply_stream_id: None,
+                trigger: Trigger::Now,
+                priority: task.priority.saturating_add(1),
+                max_runtime_min: 0,
+            },
+            TaskStatus::Pending,
+            ACTOR,
+            self.now(),
+        );
+        reply.id = id;
+        reply.metadata.answer = Some(text.to_owned());
+        reply.metadata.raw = raw;
+        reply.metadata.parent_task_id = Some(task.id);
+        reply.metadata.group_id = if task.reply_stream_id.is_some() {
+            None
+        } else {
+            task.metadata.group_id.clone()
+        };
+        match self.store.insert(&reply).await {
+            Ok(()) => {
+                self.emit(TaskEvent::Created {
+                    task_id: reply.id,
+                    title: reply.title.clone(),
+                });
+                self.enqueue(&reply);
+                if task.reply_stream_id.is_some()
+                    && task.reply_stream_id.as_ref() != Some(&task.stream_id)
+                {
+                    self.note_cross_stream(task, text).await;
+                }
+                Ok(())
+            }
+            Err(StoreError::Duplicate(_)) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// A completed cron task goes back to `scheduled` at its next fire time; the CAS on
+    /// `completed` lets a concurrent cancel win.
+    async fn rearm_cron(&self, mut task: TaskRecord) -> Result<(), EngineError> {
+        let Trigger::Cron { expr } = &task.trigger else {
+            return Ok(());
+        };
+        let now = self.now();
+        let next = match next_fire(expr, now) {
+            Ok(next) => next,
+            Err(detail) => {
+                tracing::error!(task = %task.id, %detail, "cron task cannot be re-armed");
+                return Ok(());
+            }
+        };
+        task.force(
+            TaskStatus::Scheduled,
+            ACTOR,
+            &format!("cron: next run at {}", next.to_rfc3339()),
+            now,
+        );
+        task.scheduled_at = Some(next);
+        task.metadata.cron_runs += 1;
+        task.metadata.rounds = 0;
+        task.metadata.answer = None;
+        task.metadata.delivery = None;
+        task.metadata.history_len = 0;
+        // The next run starts a fresh conversation after everything recorded so far.
+        task.metadata.history_from = self
+            .store
+            .history(task.id, task.metadata.history_from)
+            .await?
+            .last()
+            .map_or(task.metadata.history_from, |e| e.seq + 1);
+        if self.save_status(&task, TaskStatus::Completed).await? {
+            self.schedule_timers.arm(task.id, next);
+        }
+        Ok(())
+    }
+
+    /// Whether a waiting task's question has its answer (or timeout) in the history.
+    pub(crate) async fn question_answered(&self, task: &TaskRecord) -> Result<bool, EngineError> {
+        let Some(waiting) = &task.metadata.waiting else {
+            // Waiting without a question on record: nothing to wait for; let it run.
+            return Ok(true);
+        };
+        let history = self
+            .store
+            .history(task.id, task.metadata.history_from)
+            .await?;
+        let conversation = Conversation::rebuild(&history).map_err(EngineError::Internal)?;
+        Ok(match conversation.tail() {
+            Tail::Unfinished(calls) => !calls.iter().any(|c| c.id == waiting.call_id),
+            _ => true,
+        })
+    }
+}
+
+/// The id of the reply task of `task`'s current run: derived, so it is created at most once.
+pub fn reply_task_id(task: &TaskRecord) -> TaskId {
+    let seed = format!("{}:{}:reply", task.id, task.metadata.cron_runs);
+    TaskId(Uuid::new_v5(&Uuid::NAMESPACE_OID, seed.as_bytes()))
+}
+
+/// The next fire time of a cron expression after `after`, in the server's local time zone.
+pub(crate) fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    let cron: croner::Cron = expr
+        .parse()
+        .map_err(|e: croner::errors::CronError| e.to_string())?;
+    let local = after.with_timezone(&chrono::Local);
+    cron.find_next_occurrence(&local, false)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,186 @@
+//! Sub-agents (SYSTEM.md §5.7): synchronous helper loops inside one tool call.
+//!
+//! A sub-agent sees the parent's role-visible tools minus everything that talks to people,
+//! manages tasks, nests, runs commands or calls host plugins; a requested `tools` list must be a
+//! subset of that. Every call is checked against the allowed set again at execution, so a
+//! disallowed name never reaches the registry. Nothing is persisted; cancelling the parent
+//! stops its sub-agents before their next round.
+
+use std::collections::HashSet;
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolSpec};
+use mai_core::tool::{OutcomeKind, ToolContext, ToolError, ToolOutcome};
+
+use crate::agent_loop::MAX_TOOL_RESULT_CHARS;
+use crate::builtin_tools::{ASK_SUBAGENT, ASK_SUBAGENTS, ASK_USER};
+use crate::engine::Engine;
+use crate::prompts::PromptName;
+use crate::truncate::head_tail;
+
+/// Tools a sub-agent never gets.
+const EXCLUDED: [&str; 9] = [
+    ASK_USER,
+    "send_message",
+    "list_my_tasks",
+    "create_subtask",
+    "inject_task",
+    "cancel_task",
+    ASK_SUBAGENT,
+    ASK_SUBAGENTS,
+    "run_command",
+];
+
+/// Whether a sub-agent may ever use a tool of this name.
+pub fn excluded_from_subagents(name: &str) -> bool {
+    EXCLUDED.contains(&name) || name.starts_with("call_")
+}
+
+pub(crate) struct SubagentRequest {
+    pub intents: Vec<String>,
+    pub tools: Option<Vec<String>>,
+    pub single: bool,
+}
+
+/// Runs the sub-agents of one `ask_subagent(s)` call.
+pub(crate) async fn ask(
+    engine: &Engine,
+    ctx: &ToolContext,
+    request: SubagentRequest,
+) -> Result<Value, ToolError> {
+    let config = engine.config.config();
+    let max_parallel = config.subagent.max_parallel_subagents as usize;
+    if request.intents.is_empty() || request.intents.iter().any(|i| i.trim().is_empty()) {
+        return Err(ToolError::new("every intent must be a non-empty question"));
+    }
+    if request.intents.len() > max_parallel {
+        return Err(ToolError::new(format!(
+            "at most {max_parallel} sub-agents per call ([subagent].max_parallel_subagents); got {}",
+            request.intents.len()
+        )));
+    }
+    let role = ctx.role();
+    let visible: Vec<ToolSpec> = engine.tool_specs(role);
+    let mut allowed: HashSet<String> = visible
+        .iter()
+        .map(|t| t.name.clone())
+        .filter(|name| !excluded_from_subagents(name))
+        .collect();
+    if let Some(requested) = &request.tools {
+        let refused: Vec<&str> = requested
+            .iter()
+            .map(String::as_str)
+            .filter(|name| !allowed.contains(*name))
+            .collect();
+        if !refused.is_empty() {
+            return Err(ToolError::new(format!(
+                "sub-agents cannot use {}; allowed: {}",
+                refused.join(", "),
+                sorted(&allowed).join(", ")
+            )));
+        }
+        allowed = requested.iter().cloned().collect();
+    }
+    let specs: Vec<ToolSpec> = visible
+        .into_iter()
+        .filter(|t| allowed.contains(&t.name))
+        .collect();
+    let runs = request.intents.iter().map(|intent| {
+        let child = ctx.child();
+        let specs = specs.clone();
+        let allowed = &allowed;
+        async move { run_one(engine, &child, intent, specs, allowed).await }
+    });
+    let answers = join_all(runs).await;
+    let max_chars = config.subagent.max_result_chars as usize;
+    let cut = |answer: Result<String, String>| match answer {
+        Ok(text) => json!({"success": true, "answer": head_tail(&text, max_chars)}),
+        Err(error) => json!({"success": false, "error": error}),
+    };
+    if request.single {
+        let answer = answers
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err("no answer".into()));
+        return Ok(cut(answer));
+    }
+    let results: Vec<Value> = request
+        .intents
+        .iter()
+        .zip(answers)
+        .map(|(intent, answer)| {
+            let mut value = cut(answer);
+            value["intent"] = json!(intent);
+            value
+        })
+        .collect();
+    Ok(json!({"success": true, "results": results}))
+}
+
+fn sorted(set: &HashSet<String>) -> Vec<&str> {
+    let mut names: Vec<&str> = set.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names
+}
+
+/// One sub-agent loop.
+async fn run_one(
+    engine: &Engine,
+    ctx: &ToolContext,
+    intent: &str,
+    specs: Vec<ToolSpec>,
+    allowed: &HashSet<String>,
+) -> Result<String, String> {
+    let config = engine.config.config();
+    let max_rounds = config.subagent.max_rounds;
+    let system = engine
+        .prompts
+        .render(
+            PromptName::SubagentSystem,
+            &json!({"intent": intent, "max_rounds": max_rounds}),
+        )
+        .map_err(|e| e.to_string())?;
+    let mut messages = vec![ChatMessage::system(system), ChatMessage::user(intent)];
+    let mut last_text = String::new();
+    for _round in 0..max_rounds {
+        if ctx.cancel_token().is_cancelled() {
+            return Err("cancelled with the parent task".into());
+        }
+        let request =
+            ChatRequest::new(ModelPurpose::Agent, messages.clone()).with_tools(specs.clone());
+        let response = tokio::select! {
+            _ = ctx.cancel_token().cancelled() => return Err("cancelled with the parent task".into()),
+            response = engine.model.complete(&request) => response.map_err(|e| format!("model call failed: {e}"))?,
+        };
+        let message = response.message;
+        if message.tool_calls.is_empty() {
+            return Ok(message.content);
+        }
+        last_text.clone_from(&message.content);
+        let calls = message.tool_calls.clone();
+        messages.push(message);
+        // Calls of one round run concurrently; results keep call order.
+        let outcomes = join_all(calls.iter().map(|call| async move {
+            if !allowed.contains(&call.name) {
+                return ToolOutcome::error(
+                    OutcomeKind::PermissionDenied,
+                    format!("tool `{}` is not available to sub-agents", call.name),
+                );
+            }
+            engine
+                .registry
+                .execute(&call.name, ctx.role(), call.arguments.clone(), ctx)
+                .await
+        }))
+        .await;
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
+            messages.push(ChatMessage::tool_result(call.id.clone(), text));
+        }
+    }
+    Ok(format!(
+        "(the helper used all {max_rounds} rounds without a final answer) {last_text}"
+    ))
+}

@@ -1,0 +1,221 @@
+//! `ask_user` (SYSTEM.md §5.4): suspending a task on a question and waking it with the answer.
+//!
+//! A waiting task holds no slot and no live future: its conversation is in the history, and
+//! memory keeps only an index entry and a timer. The answer (or the timeout) is appended to the
+//! history as the result of the `ask_user` call and the task is queued; the loop then continues
+//! from the rebuilt conversation — the same path a restart takes.
+
+use chrono::Duration;
+use serde_json::{Value, json};
+
+use mai_core::ids::{Owner, StreamId};
+use mai_core::model::{ChatMessage, ToolCall};
+use mai_core::store::{HistoryKind, NewHistoryEntry};
+use mai_core::task::{TaskId, TaskRecord, TaskStatus, WaitingQuestion};
+use mai_core::tool::{OutcomeKind, ToolOutcome};
+
+use crate::agent_loop::AfterCalls;
+use crate::conversation::Conversation;
+use crate::engine::{Engine, lock};
+use crate::error::EngineError;
+use crate::events::TaskEvent;
+use crate::prompts::PromptName;
+use crate::runner::RunEnd;
+
+impl Engine {
+    /// Suspends the task on `call`'s question. Order matters: the resume signal is registered
+    /// before the state change, the state is persisted before the question is sent.
+    pub(crate) async fn ask_user(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+        call: ToolCall,
+        args: Value,
+    ) -> Result<AfterCalls, EngineError> {
+        let question = args
+            .get("question")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        let asked_at = self.now();
+        let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
+        // 1. The resume signal.
+        lock(&self.waiting).register(task.id, task.owner.clone(), task.stream_id.clone());
+        self.question_timers.arm(task.id, asked_at + timeout);
+        // 2. The state change, persisted.
+        task.metadata.waiting = Some(WaitingQuestion {
+            call_id: call.id.clone(),
+            question: question.clone(),
+            asked_at,
+        });
+        task.transition(
+            TaskStatus::WaitingInput,
+            "agent",
+            "asked the user",
+            asked_at,
+        )?;
+        if !self.save_status(task, TaskStatus::Running).await? {
+            self.forget_question(task.id);
+            return Ok(AfterCalls::End(RunEnd::Waiting));
+        }
+        // 3. The question, polished, into the task's stream.
+        let stream = task.stream_id.clone();
+        if let Err(error) = self.deliver(task.id, &stream, &question, true, true).await {
+            if !self.forget_question(task.id) {
+                // Someone answered meanwhile: the answer is in the history and the task is
+                // queued; let that resume it.
+                return Ok(AfterCalls::End(RunEnd::Waiting));
+            }
+            task.metadata.waiting = None;
+            task.transition(
+                TaskStatus::Running,
+                "agent",
+                "question not delivered",
+                self.now(),
+            )?;
+            if !self.save_status(task, TaskStatus::WaitingInput).await? {
+                return Ok(AfterCalls::End(RunEnd::Waiting));
+            }
+            let outcome = ToolOutcome::error(
+                OutcomeKind::Failed,
+                format!(
+                    "could not deliver the question to the user: {error}; continue without the answer or give up"
+                ),
+            );
+            self.record_result(task, conversation, &call, &outcome)
+                .await?;
+            return Ok(AfterCalls::Continue);
+        }
+        // 4. The invisible note, so the planner knows a task is waiting and for what.
+        match self.prompts.render(
+            PromptName::NoteWaiting,
+            &json!({"short_id": task.id.short(), "title": task.title, "question": question}),
+        ) {
+            Ok(note) => {
+                if let Err(error) = self.host.append_context(&stream, &note).await {
+                    tracing::warn!(task = %task.id, %error, "could not add the waiting note");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "note_waiting template failed"),
+        }
+        self.emit(TaskEvent::Question {
+            task_id: task.id,
+            question,
+        });
+        Ok(AfterCalls::End(RunEnd::Waiting))
+    }
+
+    /// Drops a task's resume signal; returns whether it was still registered.
+    pub(crate) fn forget_question(&self, id: TaskId) -> bool {
+        self.question_timers.disarm(id);
+        lock(&self.waiting).remove(id)
+    }
+
+    /// A message from `owner` in `stream`: wakes the oldest task of that owner waiting there.
+    /// Returns the woken task, if any.
+    pub async fn handle_user_reply(
+        &self,
+        owner: &Owner,
+        stream: &StreamId,
+        text: &str,
+    ) -> Result<Option<TaskId>, EngineError> {
+        let Some(id) = lock(&self.waiting).take_oldest(owner, stream) else {
+            return Ok(None);
+        };
+        self.question_timers.disarm(id);
+        let woken = self
+            .resume_with(id, json!({"success": true, "answer": text}))
+            .await?;
+        Ok(woken.then_some(id))
+    }
+
+    /// Answers a specific waiting task (`/maitask ask`, `subagent_modify`, the CLI). Works from
+    /// the store alone, so a process that does not run the task can answer it too. Returns false
+    /// if it was not waiting for an answer (or already has one).
+    pub(crate) async fn answer_task(&self, id: TaskId, text: &str) -> Result<bool, EngineError> {
+        self.forget_question(id);
+        self.resume_with(id, json!({"success": true, "answer": text}))
+            .await
+    }
+
+    pub(crate) async fn on_question_timeout(&self, id: TaskId) {
+        if !lock(&self.waiting).remove(id) {
+            return;
+        }
+        let result: Result<(), EngineError> = async {
+            let Some(task) = self.store.get(id).await? else {
+                return Ok(());
+            };
+            let question = task
+                .metadata
+                .waiting
+                .as_ref()
+                .map(|w| w.question.clone())
+                .unwrap_or_default();
+            let minutes = self.config.config().task.default_timeout_min;
+            let message = self
+                .prompts
+                .render(
+                    PromptName::AskUserTimeout,
+                    &json!({"minutes": minutes, "question": question}),
+                )
+                .map_err(|e| EngineError::Internal(e.to_string()))?;
+            self.resume_with(
+                id,
+                json!({"success": false, "timed_out": true, "error": message}),
+            )
+            .await
+            .map(drop)
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::error!(task = %id, %error, "could not time out a question");
+        }
+    }
+
+    /// Records `result` as the `ask_user` call's result and queues the task to continue.
+    /// Returns false if the task is not waiting or its question already has a result.
+    async fn resume_with(&self, id: TaskId, result: Value) -> Result<bool, EngineError> {
+        let _one_answer_at_a_time = self.answer_lock.lock().await;
+        let Some(task) = self.store.get(id).await? else {
+            return Ok(false);
+        };
+        let (TaskStatus::WaitingInput, Some(waiting)) = (task.status, &task.metadata.waiting)
+        else {
+            return Ok(false);
+        };
+        if self.question_answered(&task).await? {
+            return Ok(false);
+        }
+        let message = ChatMessage::tool_result(waiting.call_id.clone(), result.to_string());
+        let entry = NewHistoryEntry {
+            round: task.metadata.rounds,
+            kind: HistoryKind::Message,
+            payload: serde_json::to_value(&message)
+                .map_err(|e| EngineError::Internal(e.to_string()))?,
+            at: self.now(),
+        };
+        self.store.append_history(id, &[entry]).await?;
+        self.enqueue(&task);
+        Ok(true)
+    }
+
+    /// Start-up: a waiting task either has its answer already (queue it) or waits again, with
+    /// the time it has left.
+    pub(crate) async fn recover_waiting(&self, task: &TaskRecord) -> Result<(), EngineError> {
+        if self.question_answered(task).await? {
+            self.queue.push(task.id, task.priority);
+            return Ok(());
+        }
+        lock(&self.waiting).register(task.id, task.owner.clone(), task.stream_id.clone());
+        let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
+        let asked_at = task
+            .metadata
+            .waiting
+            .as_ref()
+            .map_or(task.updated_at, |w| w.asked_at);
+        self.question_timers.arm(task.id, asked_at + timeout);
+        Ok(())
+    }
+}
