@@ -1,0 +1,4 @@
+//! The built-in tools of the agent-loop channel (SYSTEM.md §5), each a small module. Tools see
+//! only `mai-core` traits: what a tool needs from the engine or the host arrives as a trait.
+
+pub mod files;
