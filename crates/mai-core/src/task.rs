@@ -14,14 +14,15 @@ use uuid::Uuid;
 
 use crate::ids::{Owner, StreamId};
 
-/// A task's id: a UUID (v7, so ids sort by creation time).
+/// A task's id: a random UUID (v4). Random, not time-ordered (v7), because people address tasks
+/// by their first 8 characters, and v7 ids created within a minute share those.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TaskId(pub Uuid);
 
 impl TaskId {
     pub fn new() -> Self {
-        TaskId(Uuid::now_v7())
+        TaskId(Uuid::new_v4())
     }
 
     /// The 8-character prefix shown to people (`/maitask status 0192ab3c`).

@@ -204,13 +204,16 @@ impl Engine {
             {
                 outcome
             } else {
+                // A tool that finished as the stop arrived keeps its result: recording it means
+                // it is not run again on resume.
                 tokio::select! {
+                    biased;
+                    outcome = self.registry.execute(&call.name, role, call.arguments.clone(), ctx) => outcome,
                     _ = control.token.cancelled() => {
                         return Ok(AfterCalls::End(RunEnd::Stopped(
                             control.reason().unwrap_or(StopReason::Shutdown),
                         )));
                     }
-                    outcome = self.registry.execute(&call.name, role, call.arguments.clone(), ctx) => outcome,
                 }
             };
             self.record_result(task, conversation, &call, &outcome)

@@ -2,3 +2,4 @@
 //! only `mai-core` traits: what a tool needs from the engine or the host arrives as a trait.
 
 pub mod files;
+pub mod shell;
