@@ -75,6 +75,7 @@ pub fn build_with_store(
         config,
         prompts: Arc::new(prompts),
         clock: Arc::new(SystemClock),
+        files_root: Some(settings.data_dir.join("files")),
     })?;
     Ok(engine)
 }

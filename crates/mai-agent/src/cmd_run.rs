@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use mai_core::ids::{Owner, StreamId};
 use mai_core::role::Role;
-use mai_core::task::{TaskLevel, TaskStatus};
+use mai_core::task::{TaskLevel, TaskRecord, TaskStatus};
 use mai_engine::engine::Engine;
 use mai_engine::events::TaskEvent;
 use mai_engine::manager::{Caller, CreateTask};
@@ -21,10 +21,17 @@ pub const CONSOLE_PLATFORM: &str = "console";
 pub const CONSOLE_USER: &str = "local";
 
 pub struct RunArgs {
-    pub intent: String,
+    /// What to do: a new intent, or an existing task to continue in the foreground.
+    pub what: RunWhat,
     pub role: Role,
     pub stream: String,
     pub json: bool,
+}
+
+pub enum RunWhat {
+    Intent(String),
+    /// An existing task (id, prefix or title), e.g. one interrupted by a crash.
+    Resume(String),
 }
 
 /// Runs the task to its end; returns whether it completed.
@@ -40,18 +47,34 @@ pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> 
     };
     let mut events = engine.subscribe();
     engine.start().await?;
-    let task = engine
-        .create(&caller, CreateTask::agent(args.intent.clone()))
-        .await
-        .context("could not create the task")?;
-    eprintln!(
-        "task {} \"{}\" created ({} role)",
-        task.id.short(),
-        task.title,
-        args.role
-    );
+    let task = match &args.what {
+        RunWhat::Intent(intent) => {
+            let task = engine
+                .create(&caller, CreateTask::agent(intent.clone()))
+                .await
+                .context("could not create the task")?;
+            let (short, role) = (task.id.short(), args.role);
+            eprintln!("task {short} \"{}\" created ({role} role)", task.title);
+            task
+        }
+        RunWhat::Resume(reference) => {
+            let task = engine.resolve(&caller, reference).await?;
+            eprintln!(
+                "task {} \"{}\" is {}",
+                task.id.short(),
+                task.title,
+                task.status
+            );
+            task
+        }
+    };
+    // A task that ended before we started watching (e.g. resumed after it finished).
+    if engine.get(&caller, task.id).await?.status.is_terminal() {
+        engine.stop().await;
+        return finish(&args, &engine.get(&caller, task.id).await?);
+    }
     let mut watched = vec![task.id];
-    let mut outcome: Option<(TaskStatus, Option<String>, u32)> = None;
+    let mut outcome: Option<TaskStatus> = None;
     let mut reply_done = false;
     while outcome.is_none() || !reply_done {
         let event = match events.recv().await {
@@ -76,14 +99,18 @@ pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> 
                 task_id, status, ..
             } if task_id == task.id && status.is_terminal() => {
                 let record = engine.get(&caller, task.id).await?;
-                if record.level == TaskLevel::Agent {
-                    watched.push(mai_engine::runner::reply_task_id(&record));
-                }
-                outcome = Some((
-                    status,
-                    record.metadata.answer.or(record.metadata.error),
-                    record.metadata.rounds,
-                ));
+                // Completed and failed agent tasks post a reply (or a notice); wait for it. It may
+                // have been delivered already, before this event was read.
+                let reply = mai_engine::runner::reply_task_id(&record);
+                let posts_reply = record.level == TaskLevel::Agent
+                    && matches!(status, TaskStatus::Completed | TaskStatus::Failed);
+                reply_done = !posts_reply
+                    || engine
+                        .get(&caller, reply)
+                        .await
+                        .is_ok_and(|r| r.status.is_terminal());
+                watched.push(reply);
+                outcome = Some(status);
             }
             TaskEvent::Status {
                 task_id, status, ..
@@ -94,16 +121,30 @@ pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> 
         }
     }
     engine.stop().await;
-    let (status, answer, rounds) = outcome.unwrap_or((TaskStatus::Failed, None, 0));
+    finish(&args, &engine.get(&caller, task.id).await?)
+}
+
+/// Prints how the task ended; returns whether it completed.
+fn finish(args: &RunArgs, task: &TaskRecord) -> Result<bool> {
+    let answer = task
+        .metadata
+        .answer
+        .as_ref()
+        .or(task.metadata.error.as_ref());
     if args.json {
         println!(
             "{}",
-            json!({"task_id": task.id, "status": status, "answer": answer, "rounds": rounds})
+            json!({"task_id": task.id, "status": task.status, "answer": answer, "rounds": task.metadata.rounds})
         );
     } else {
-        eprintln!("task {} {status} after {rounds} round(s)", task.id.short());
+        eprintln!(
+            "task {} {} after {} round(s)",
+            task.id.short(),
+            task.status,
+            task.metadata.rounds
+        );
     }
-    Ok(status == TaskStatus::Completed)
+    Ok(task.status == TaskStatus::Completed)
 }
 
 fn show(event: &TaskEvent) {

@@ -49,7 +49,12 @@ enum Command {
     /// Run one agent task in the foreground, with live progress; questions are asked here.
     Run {
         /// What the agent should do.
-        intent: String,
+        #[arg(required_unless_present = "resume")]
+        intent: Option<String>,
+        /// Continue an existing task in the foreground instead (id, 8-character prefix or title),
+        /// e.g. after a crash.
+        #[arg(long, value_name = "TASK", conflicts_with = "intent")]
+        resume: Option<String>,
         /// The role the task runs with.
         #[arg(long, default_value = "user")]
         role: Role,
@@ -149,11 +154,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Run {
             intent,
+            resume,
             role,
             stream,
             json,
             replay,
         } => {
+            let what = match (intent, resume) {
+                (_, Some(reference)) => cmd_run::RunWhat::Resume(reference),
+                (Some(intent), None) => cmd_run::RunWhat::Intent(intent),
+                (None, None) => anyhow::bail!("give an intent or --resume TASK"),
+            };
             let mut settings = settings;
             grant_console_role(&mut settings, role);
             let host = Arc::new(ConsoleHost::default());
@@ -166,7 +177,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 engine,
                 host,
                 cmd_run::RunArgs {
-                    intent,
+                    what,
                     role,
                     stream,
                     json,

@@ -1,6 +1,10 @@
-//! The agent-loop tools the engine itself provides: `ask_user` (handled by the loop, registered
-//! so it passes the same gates and is presented every round) and the sub-agent tools.
+//! Registration of the agent-loop tools, in the order of SYSTEM.md §4.4 (task management →
+//! information → files → ask_user → send_message → cross-plugin API → sub-agents → command
+//! execution), each group behind its config switch; and the tools the engine itself provides:
+//! `ask_user` (handled by the loop, registered so it passes the same gates and is presented every
+//! round) and the sub-agent tools.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 use schemars::JsonSchema;
@@ -18,9 +22,17 @@ pub const ASK_USER: &str = "ask_user";
 pub const ASK_SUBAGENT: &str = "ask_subagent";
 pub const ASK_SUBAGENTS: &str = "ask_subagents";
 
-/// Registers the engine's tools.
-pub(crate) fn register(engine: &Arc<Engine>) -> Result<(), EngineError> {
+/// Registers the built-in agent-loop tools.
+pub(crate) fn register(
+    engine: &Arc<Engine>,
+    files_root: Option<PathBuf>,
+) -> Result<(), EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
+    let files = match files_root {
+        Some(root) => mai_tools::files::file_tools(root)
+            .map_err(|e| EngineError::Internal(format!("cannot set up the file tools: {e}")))?,
+        None => Vec::new(),
+    };
     let ask = ToolDefinition::typed(
         ASK_USER,
         "Ask the task's owner a question and wait for the answer. Use only when you cannot \
@@ -49,12 +61,23 @@ pub(crate) fn register(engine: &Arc<Engine>) -> Result<(), EngineError> {
         AskSubagents(weak),
     )
     .map_err(invalid)?;
-    let enabled = engine.config.config().subagent.enabled;
+    let config = engine.config.config();
+    let shell = if config.shell.enabled {
+        Some(mai_tools::shell::run_command_tool().map_err(invalid)?)
+    } else {
+        None
+    };
     engine.registry.edit(|edit| {
+        for tool in files {
+            edit.register(tool);
+        }
         edit.register(ask);
-        if enabled {
+        if config.subagent.enabled {
             edit.register(one);
             edit.register(many);
+        }
+        if let Some(shell) = shell {
+            edit.register(shell);
         }
     });
     Ok(())

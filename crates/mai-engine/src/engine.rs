@@ -44,6 +44,8 @@ pub struct EngineDeps {
     pub config: Arc<LiveConfig>,
     pub prompts: Arc<Prompts>,
     pub clock: Arc<dyn Clock>,
+    /// The root of the file tools' sandbox (`<data_dir>/files`); `None` registers no file tools.
+    pub files_root: Option<std::path::PathBuf>,
 }
 
 /// Why a running task is asked to stop.
@@ -182,6 +184,7 @@ pub struct Engine {
 impl Engine {
     /// Builds the engine and registers its own tools. Nothing runs until [`Engine::start`].
     pub fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
+        let files_root = deps.files_root.clone();
         let engine = Arc::new_cyclic(|me| Engine {
             schedule_timers: Arc::new(Timers::new(deps.clock.clone())),
             question_timers: Arc::new(Timers::new(deps.clock.clone())),
@@ -203,7 +206,7 @@ impl Engine {
             started: std::sync::atomic::AtomicBool::new(false),
             me: me.clone(),
         });
-        crate::builtin_tools::register(&engine)?;
+        crate::builtin_tools::register(&engine, files_root)?;
         Ok(engine)
     }
 

@@ -199,6 +199,7 @@ pub async fn engine_at(
         config: Arc::new(LiveConfig::new(config).unwrap()),
         prompts: Arc::new(Prompts::embedded()),
         clock,
+        files_root: None,
     })
     .unwrap()
 }

@@ -1,0 +1,361 @@
+//! The real `mai-agent` binary against a fake OpenAI-compatible server on loopback: scripted tool
+//! calls, files written in the sandbox, questions answered on stdin, a SIGKILL mid-task and a
+//! resume that does not repeat checkpointed tool calls.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// Answers chat completions by rule: titles and polish by model name, agent turns by `script`,
+/// which sees how many tool results the conversation already has.
+struct FakeModel<F: Fn(usize, &Value) -> Value + Send + Sync> {
+    script: F,
+    agent_calls: Arc<AtomicUsize>,
+}
+
+impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        let message = match body["model"].as_str().unwrap() {
+            "title-model" => json!({"role": "assistant", "content": "Test title"}),
+            _ => {
+                self.agent_calls.fetch_add(1, Ordering::SeqCst);
+                let results = body["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m["role"] == "tool")
+                    .count();
+                (self.script)(results, &body)
+            }
+        };
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
+        }))
+    }
+}
+
+fn tool_call(id: &str, name: &str, args: Value) -> Value {
+    json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]})
+}
+
+fn answer(text: &str) -> Value {
+    json!({"role": "assistant", "content": text})
+}
+
+async fn fake_model(
+    script: impl Fn(usize, &Value) -> Value + Send + Sync + 'static,
+) -> (MockServer, Arc<AtomicUsize>) {
+    let server = MockServer::start().await;
+    let agent_calls = Arc::new(AtomicUsize::new(0));
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(FakeModel {
+            script,
+            agent_calls: agent_calls.clone(),
+        })
+        .mount(&server)
+        .await;
+    (server, agent_calls)
+}
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mai-agent"))
+}
+
+/// The binary with a data dir and the fake server configured through the environment.
+fn mai(data_dir: &Path, server: &MockServer) -> Command {
+    let mut command = Command::new(binary());
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("MAI_AGENT__LLM__BASE_URL", format!("{}/v1", server.uri()))
+        .env("MAI_AGENT__LLM__API_KEY", "test-key")
+        .env("MAI_AGENT__LLM__MODEL", "agent-model")
+        .env("MAI_AGENT__LLM__MODELS__TITLE", "title-model")
+        .env("MAI_AGENT__POLISH__ENABLED", "false")
+        .env_remove("MAI_AGENT_CONFIG");
+    command
+}
+
+fn last_json_line(stdout: &str) -> Value {
+    serde_json::from_str(stdout.lines().last().expect("no stdout")).expect("last line is JSON")
+}
+
+#[tokio::test]
+async fn run_drives_tools_writes_files_and_delivers_the_answer() {
+    let (server, _) = fake_model(|results, body| match results {
+        0 => tool_call(
+            "w1",
+            "write",
+            json!({"path": "notes/plan.txt", "content": "day 1: temples"}),
+        ),
+        1 => tool_call("r1", "read", json!({"path": "notes/plan.txt"})),
+        _ => {
+            let read = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "tool")
+                .unwrap();
+            assert!(read["content"].as_str().unwrap().contains("day 1: temples"));
+            answer("plan saved: day 1: temples")
+        }
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let output = mai(data.path(), &server)
+        .args(["run", "plan a trip", "--role", "user", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let result = last_json_line(&stdout);
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["answer"], "plan saved: day 1: temples");
+    assert_eq!(result["rounds"], 3);
+    assert!(
+        stdout.contains("mai> plan saved: day 1: temples"),
+        "the reply is delivered: {stdout}"
+    );
+    assert!(
+        stderr.contains("→ write") && stderr.contains("← read ok"),
+        "live progress: {stderr}"
+    );
+    let written = std::fs::read_to_string(data.path().join("files/notes/plan.txt")).unwrap();
+    assert_eq!(written, "day 1: temples");
+
+    // The task is in the local store, with its timeline.
+    let id = result["task_id"].as_str().unwrap();
+    let list = mai(data.path(), &server)
+        .args(["task", "list"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.contains(&id[..8]) && list.contains("completed") && list.contains("Test title"),
+        "{list}"
+    );
+    let history = mai(data.path(), &server)
+        .args(["task", "history", &id[..8]])
+        .output()
+        .unwrap();
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(
+        history.contains("dispatched") && history.contains("answered"),
+        "{history}"
+    );
+}
+
+#[tokio::test]
+async fn run_asks_the_question_at_the_terminal_and_continues_with_the_answer() {
+    let (server, _) = fake_model(|results, body| match results {
+        0 => tool_call("q1", "ask_user", json!({"question": "Which colour?"})),
+        _ => {
+            let reply = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "tool")
+                .unwrap();
+            answer(&format!(
+                "painting it {}",
+                reply["content"].as_str().unwrap()
+            ))
+        }
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let mut child = mai(data.path(), &server)
+        .args(["run", "paint the fence", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"blue\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("mai> Which colour?"), "{stdout}");
+    let result = last_json_line(&stdout);
+    assert_eq!(result["status"], "completed");
+    assert!(
+        result["answer"].as_str().unwrap().contains("blue"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn guests_get_a_clear_refusal_and_bad_config_is_named() {
+    let (server, _) = fake_model(|_, _| answer("unused")).await;
+    let data = tempfile::tempdir().unwrap();
+    let output = mai(data.path(), &server)
+        .args(["run", "x", "--role", "guest"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("guests cannot create tasks"));
+
+    let output = mai(data.path(), &server)
+        .env("MAI_AGENT__TASK__MAX_ROUNDS", "0")
+        .args(["tools"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("[task].max_rounds must be ≥ 1, got 0")
+    );
+
+    let output = mai(data.path(), &server)
+        .args(["tools", "--role", "superuser"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown role `superuser`"));
+}
+
+#[tokio::test]
+async fn tools_lists_exactly_what_each_role_may_call() {
+    let (server, _) = fake_model(|_, _| answer("unused")).await;
+    let data = tempfile::tempdir().unwrap();
+    let names = |role: &str, shell: bool| -> Vec<String> {
+        let output = mai(data.path(), &server)
+            .env(
+                "MAI_AGENT__SHELL__ENABLED",
+                if shell { "true" } else { "false" },
+            )
+            .args(["tools", "--role", role, "--json"])
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(value["role"], role);
+        value["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(names("guest", true).is_empty());
+    let user = names("user", true);
+    assert_eq!(user[0], "ask_user");
+    assert!(user.contains(&"read".to_owned()) && !user.contains(&"run_command".to_owned()));
+    assert!(names("admin", true).contains(&"run_command".to_owned()));
+    assert!(
+        !names("admin", false).contains(&"run_command".to_owned()),
+        "[shell] enabled = false hides it"
+    );
+}
+
+/// SIGKILL mid-task, then `run --resume`: the task completes, the checkpointed tool call does not
+/// run again, the interrupted one does.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_killed_run_resumes_without_repeating_checkpointed_tool_calls() {
+    let work = tempfile::tempdir().unwrap();
+    let side_effects = work.path().join("side_effects");
+    let marker = work.path().join("restarted");
+    let fifo = work.path().join("reached");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let first = format!("echo x >> {}; echo one", side_effects.display());
+    // Reports its process group through the FIFO (the test blocks reading it), then waits until the
+    // test marks the restart.
+    let second = format!(
+        "test -f {m} && echo two && exit 0; echo $$ > {f}; sleep 120",
+        m = marker.display(),
+        f = fifo.display()
+    );
+    let (server, _) = fake_model(move |results, _| match results {
+        0 => tool_call("c1", "run_command", json!({"command": first})),
+        1 => tool_call("c2", "run_command", json!({"command": second})),
+        _ => answer("all done"),
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let mut child = mai(data.path(), &server)
+        .env("MAI_AGENT__SHELL__ENABLED", "true")
+        .args(["run", "two steps", "--role", "admin", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Blocks until the second command is running and has told us its process group.
+    let fifo_reader = fifo.clone();
+    let pgid = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo_reader))
+        .await
+        .unwrap()
+        .unwrap();
+    // SIGKILL the service, then clean up the command it left behind.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = Command::new("kill")
+        .args(["-9", &format!("-{}", pgid.trim())])
+        .status();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let created = stderr
+        .lines()
+        .find(|l| l.starts_with("task "))
+        .expect("task line");
+    let short = created.split_whitespace().nth(1).unwrap().to_owned();
+    std::fs::write(&marker, "").unwrap();
+
+    let output = mai(data.path(), &server)
+        .env("MAI_AGENT__SHELL__ENABLED", "true")
+        .args(["run", "--resume", &short, "--role", "admin", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let result = last_json_line(&stdout);
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["answer"], "all done");
+    let lines = BufReader::new(std::fs::File::open(&side_effects).unwrap())
+        .lines()
+        .count();
+    assert_eq!(lines, 1, "the checkpointed first command did not run again");
+    let history = mai(data.path(), &server)
+        .args(["task", "history", &short])
+        .output()
+        .unwrap();
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(history.contains("recovered from running"), "{history}");
+}
