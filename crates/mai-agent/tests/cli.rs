@@ -316,12 +316,15 @@ async fn a_killed_run_resumes_without_repeating_checkpointed_tool_calls() {
         .await
         .unwrap()
         .unwrap();
+    let pgid: i32 = pgid.trim().parse().expect("a process group id");
+    assert!(pgid > 1, "never signal group {pgid}");
     // SIGKILL the service, then clean up the command it left behind.
     child.kill().unwrap();
     child.wait().unwrap();
-    let _ = Command::new("kill")
-        .args(["-9", &format!("-{}", pgid.trim())])
-        .status();
+    // Signal the group directly: the `kill` binaries disagree on how they parse `-PGID`, and
+    // one of them turns it into kill(-1) — every process of the user.
+    let group = rustix::process::Pid::from_raw(pgid).expect("a positive group id");
+    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
     let mut stderr = String::new();
     child
         .stderr
