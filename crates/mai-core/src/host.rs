@@ -67,7 +67,96 @@ impl Default for Persona {
     }
 }
 
-/// The host capabilities the engine uses.
+/// Whether a stream is a group chat or a private chat, and with whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChatTarget {
+    Group { group_id: String },
+    Private { user_id: String },
+}
+
+/// What the host knows about one stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInfo {
+    pub stream_id: StreamId,
+    pub platform: String,
+    pub target: ChatTarget,
+    /// Group name or the person's display name.
+    pub name: String,
+}
+
+/// A person the host knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Person {
+    pub name: String,
+    pub aliases: Vec<String>,
+    /// `(platform, user_id)` pairs.
+    pub accounts: Vec<(String, String)>,
+    /// Free-form facts the host keeps about them.
+    pub notes: Vec<String>,
+}
+
+/// A `search_users` request: any keyword may match (OR); filler characters are tolerated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserQuery {
+    pub keywords: Vec<String>,
+    /// `group` or `private`; `None` = both.
+    pub chat_type: Option<String>,
+    pub platform: Option<String>,
+    pub limit: usize,
+}
+
+/// One `search_users` hit: a stream that can be targeted by `send_message`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserHit {
+    pub stream: StreamInfo,
+    /// Why it matched (the name or alias that matched).
+    pub matched: String,
+}
+
+/// How `search_memory` searches (SYSTEM.md §5.2); each mode is documented by the host.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryMode {
+    /// Full-text match, best first.
+    Search,
+    /// Messages in a time window, oldest first.
+    Time,
+    /// Full-text match ranked together with recency.
+    #[default]
+    Hybrid,
+    /// The conversation episodes (bursts of messages) around the matches.
+    Episode,
+    /// Counts per person and per day of the matches, not the messages.
+    Aggregate,
+}
+
+/// A `search_memory` request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryQuery {
+    pub query: String,
+    pub stream: Option<StreamId>,
+    pub mode: MemoryMode,
+    pub person_name: Option<String>,
+    pub time_start: Option<DateTime<Utc>>,
+    pub time_end: Option<DateTime<Utc>>,
+    pub limit: usize,
+}
+
+/// A host plugin API that may be exposed as a `call_*` tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginApi {
+    /// e.g. `weather.today`.
+    pub name: String,
+    pub description: String,
+    /// The plugin that provides it; mai-agent's own endpoints are never exposed.
+    pub plugin: String,
+}
+
+/// The host capabilities the engine and the tools use. Methods a host cannot serve keep their
+/// default: an empty answer, never made-up data.
 #[async_trait]
 pub trait Host: Send + Sync + 'static {
     /// Sends `text` to a stream as the bot.
@@ -88,4 +177,63 @@ pub trait Host: Send + Sync + 'static {
 
     /// How the bot speaks.
     async fn persona(&self) -> Persona;
+
+    /// What the host knows about a stream.
+    async fn stream_info(&self, _stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
+        Ok(None)
+    }
+
+    /// Finds (or opens) the stream of a group or a private chat on a platform.
+    async fn open_stream(
+        &self,
+        platform: &str,
+        target: &ChatTarget,
+    ) -> Result<StreamId, HostError> {
+        Err(HostError::new(
+            format!("open a {platform} chat for {target:?}"),
+            "this host cannot open chats",
+        ))
+    }
+
+    /// Known streams, most recently active first.
+    async fn list_streams(&self, _limit: usize) -> Result<Vec<StreamInfo>, HostError> {
+        Ok(Vec::new())
+    }
+
+    /// A person by exact name or alias.
+    async fn find_person(&self, _name: &str) -> Result<Option<Person>, HostError> {
+        Ok(None)
+    }
+
+    /// People and groups matching any keyword, as targets for `send_message`.
+    async fn search_users(&self, _query: &UserQuery) -> Result<Vec<UserHit>, HostError> {
+        Ok(Vec::new())
+    }
+
+    /// Long-term memory / knowledge search. The result shape depends on the mode.
+    async fn search_memory(&self, _query: &MemoryQuery) -> Result<serde_json::Value, HostError> {
+        Ok(serde_json::Value::Array(Vec::new()))
+    }
+
+    /// The bot's current talk-frequency value in a stream, if the host has one.
+    async fn talk_frequency(&self, _stream: &StreamId) -> Result<Option<f64>, HostError> {
+        Ok(None)
+    }
+
+    /// Plugin APIs the host offers.
+    async fn list_apis(&self) -> Result<Vec<PluginApi>, HostError> {
+        Ok(Vec::new())
+    }
+
+    /// Calls a plugin API.
+    async fn call_api(
+        &self,
+        name: &str,
+        _args: serde_json::Value,
+    ) -> Result<serde_json::Value, HostError> {
+        Err(HostError::new(
+            format!("call plugin API {name}"),
+            "this host has no plugin APIs",
+        ))
+    }
 }

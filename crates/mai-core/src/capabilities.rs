@@ -1,0 +1,54 @@
+//! What agent-loop tools may ask of the engine, as traits: tools never import the engine.
+//!
+//! Every method takes the calling tool's [`ToolContext`]: the owner, stream and role come from
+//! the task, never from tool arguments.
+
+use async_trait::async_trait;
+
+use crate::ids::StreamId;
+use crate::task::{TaskLevel, TaskRecord};
+use crate::tool::ToolContext;
+
+/// Task management for the task-management tools (SYSTEM.md §5.1).
+#[async_trait]
+pub trait TaskControl: Send + Sync + 'static {
+    /// The tasks of the calling task's owner, newest first.
+    async fn list_own_tasks(
+        &self,
+        ctx: &ToolContext,
+        limit: u32,
+    ) -> Result<Vec<TaskRecord>, String>;
+
+    /// A new task in the calling task's stream, for its owner, created by it.
+    async fn create_subtask(
+        &self,
+        ctx: &ToolContext,
+        intent: &str,
+        level: TaskLevel,
+    ) -> Result<TaskRecord, String>;
+
+    /// Adds an instruction to a running or waiting task of the same owner (any task for admin).
+    async fn inject_task(
+        &self,
+        ctx: &ToolContext,
+        task: &str,
+        instruction: &str,
+    ) -> Result<TaskRecord, String>;
+
+    /// Cancels a task of the same owner (any task for admin).
+    async fn cancel_task(&self, ctx: &ToolContext, task: &str) -> Result<TaskRecord, String>;
+}
+
+/// Sending text through the reply path (polish, split, send with retries; SYSTEM.md §8).
+#[async_trait]
+pub trait Messenger: Send + Sync + 'static {
+    /// Delivers `text` to `stream`; returns the parts sent.
+    async fn deliver(
+        &self,
+        ctx: &ToolContext,
+        stream: &StreamId,
+        text: &str,
+        polish: bool,
+        split: bool,
+    ) -> Result<Vec<String>, String>;
+}
