@@ -1,0 +1,124 @@
+//! Ingestion: a message a channel received becomes a stored message in its stream (created or
+//! refreshed) from its sender's person (created on first sight). The bot's own delivered
+//! messages are stored through [`insert_message`] too, flagged `is_bot`.
+
+use chrono::{DateTime, Utc};
+use mai_core::host::{ChatTarget, HostError};
+use mai_core::ids::{PersonId, StreamId};
+use serde::{Deserialize, Serialize};
+use sqlx::SqliteConnection;
+
+use crate::error::db;
+use crate::people::note_account;
+use crate::schema::to_millis;
+use crate::streams::{StreamNames, ensure_stream};
+
+/// A message a channel received from a person.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncomingMessage {
+    /// `qq`, `telegram`, `console`, … (no `:`, not `planner`).
+    pub platform: String,
+    /// The channel's own stream id, when it has one; otherwise it is derived from the platform
+    /// and the group (or, for a private chat, the sender) by [`crate::stream_id_for`].
+    #[serde(default)]
+    pub stream_id: Option<StreamId>,
+    /// Set for a group message; `None` means a private chat with the sender.
+    #[serde(default)]
+    pub group_id: Option<String>,
+    /// The group's display name, when the channel knows it.
+    #[serde(default)]
+    pub group_name: Option<String>,
+    pub user_id: String,
+    /// The sender's display name; the user id stands in when empty.
+    #[serde(default)]
+    pub sender_name: String,
+    pub text: String,
+    pub at: DateTime<Utc>,
+}
+
+/// Where an ingested message was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestedMessage {
+    pub stream_id: StreamId,
+    pub message_id: i64,
+}
+
+/// Stores `message` (the caller holds the write transaction).
+pub(crate) async fn ingest(
+    conn: &mut SqliteConnection,
+    message: &IncomingMessage,
+) -> Result<IngestedMessage, HostError> {
+    const ACTION: &str = "ingest a message";
+    let sender = PersonId::new(&message.platform, &message.user_id)
+        .map_err(|error| HostError::new(ACTION, error))?;
+    let sender_name = match message.sender_name.trim() {
+        "" => sender.user_id.as_str(),
+        name => name,
+    };
+    let target = match &message.group_id {
+        Some(group_id) => ChatTarget::Group {
+            group_id: group_id.clone(),
+        },
+        None => ChatTarget::Private {
+            user_id: sender.user_id.clone(),
+        },
+    };
+    let at_ms = to_millis(message.at);
+    let names = StreamNames {
+        group: message
+            .group_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|name| !name.is_empty()),
+        private: message.group_id.is_none().then_some(sender_name),
+    };
+    let stream_id = ensure_stream(
+        conn,
+        message.stream_id.as_ref(),
+        &sender.platform,
+        &target,
+        names,
+        at_ms,
+    )
+    .await?;
+    note_account(conn, &sender.platform, &sender.user_id, sender_name, at_ms).await?;
+    let message_id = insert_message(
+        conn,
+        &stream_id,
+        &sender.user_id,
+        sender_name,
+        &message.text,
+        at_ms,
+        false,
+    )
+    .await?;
+    Ok(IngestedMessage {
+        stream_id,
+        message_id,
+    })
+}
+
+/// Appends one message to a stream that exists.
+pub(crate) async fn insert_message(
+    conn: &mut SqliteConnection,
+    stream: &StreamId,
+    user_id: &str,
+    sender_name: &str,
+    text: &str,
+    at_ms: i64,
+    is_bot: bool,
+) -> Result<i64, HostError> {
+    sqlx::query_scalar(
+        "INSERT INTO host_messages (stream_id, user_id, sender_name, text, at, is_bot) \
+         VALUES (?, ?, ?, ?, ?, ?) RETURNING message_id",
+    )
+    .bind(stream.as_str())
+    .bind(user_id)
+    .bind(sender_name)
+    .bind(text)
+    .bind(at_ms)
+    .bind(is_bot)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db("store a message"))
+}

@@ -1,0 +1,180 @@
+//! Streams: the one place a stream id is derived from a platform and a chat target, and the
+//! reads and upserts of `host_streams`. Creating a stream never deletes or renames another.
+
+use mai_core::host::{ChatTarget, HostError, StreamInfo};
+use mai_core::ids::{GroupId, IdError, PersonId, StreamId};
+use sqlx::SqliteConnection;
+
+use crate::error::{corrupt, db};
+
+const GROUP: &str = "group";
+const PRIVATE: &str = "private";
+
+/// The stream id of a chat when its channel gives none: `platform:group:group_id` for a group,
+/// `platform:user_id` for a private chat (the formats of `mai_core::ids`).
+pub fn stream_id_for(platform: &str, target: &ChatTarget) -> Result<StreamId, IdError> {
+    let id = match target {
+        ChatTarget::Group { group_id } => GroupId::new(platform, group_id)?.to_string(),
+        ChatTarget::Private { user_id } => PersonId::new(platform, user_id)?.to_string(),
+    };
+    StreamId::new(id)
+}
+
+/// `(kind, target_id)` as stored.
+pub(crate) fn kind_and_target(target: &ChatTarget) -> (&'static str, &str) {
+    match target {
+        ChatTarget::Group { group_id } => (GROUP, group_id),
+        ChatTarget::Private { user_id } => (PRIVATE, user_id),
+    }
+}
+
+/// A `host_streams` row: `(stream_id, platform, kind, target_id, name)`.
+pub(crate) type StreamRow = (String, String, String, String, String);
+
+pub(crate) fn info_from_row(row: StreamRow) -> Result<StreamInfo, HostError> {
+    const ACTION: &str = "read a stream";
+    let (stream_id, platform, kind, target_id, name) = row;
+    let target = match kind.as_str() {
+        GROUP => ChatTarget::Group {
+            group_id: target_id,
+        },
+        PRIVATE => ChatTarget::Private { user_id: target_id },
+        other => return Err(corrupt(ACTION, format!("unknown stream kind `{other}`"))),
+    };
+    Ok(StreamInfo {
+        stream_id: StreamId::new(stream_id).map_err(|error| corrupt(ACTION, error))?,
+        platform,
+        target,
+        name,
+    })
+}
+
+pub(crate) async fn stream_info(
+    conn: &mut SqliteConnection,
+    stream: &StreamId,
+) -> Result<Option<StreamInfo>, HostError> {
+    let row: Option<StreamRow> = sqlx::query_as(
+        "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name \
+         FROM host_streams s WHERE s.stream_id = ?",
+    )
+    .bind(stream.as_str())
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(db("read a stream"))?;
+    row.map(info_from_row).transpose()
+}
+
+/// Known streams, most recently active first.
+pub(crate) async fn list_streams(
+    conn: &mut SqliteConnection,
+    limit: usize,
+) -> Result<Vec<StreamInfo>, HostError> {
+    let rows: Vec<StreamRow> = sqlx::query_as(
+        "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name FROM host_streams s \
+         ORDER BY s.last_active DESC, s.stream_id LIMIT ?",
+    )
+    .bind(sql_limit(limit))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("list streams"))?;
+    rows.into_iter().map(info_from_row).collect()
+}
+
+/// The names a stream takes, by kind, when a message arrives or a chat is opened; `None`
+/// keeps the stored name.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StreamNames<'a> {
+    pub group: Option<&'a str>,
+    pub private: Option<&'a str>,
+}
+
+/// Finds the stream — by `wanted` id first, then by platform and target — or creates it (with
+/// `wanted` as its id, or the derived one), and records activity at `at_ms`.
+pub(crate) async fn ensure_stream(
+    conn: &mut SqliteConnection,
+    wanted: Option<&StreamId>,
+    platform: &str,
+    target: &ChatTarget,
+    names: StreamNames<'_>,
+    at_ms: i64,
+) -> Result<StreamId, HostError> {
+    const ACTION: &str = "find or create a stream";
+    let derived = stream_id_for(platform, target).map_err(|error| HostError::new(ACTION, error))?;
+    let (kind, target_id) = kind_and_target(target);
+    let mut existing: Option<String> = None;
+    if let Some(wanted) = wanted {
+        existing = sqlx::query_scalar("SELECT stream_id FROM host_streams WHERE stream_id = ?")
+            .bind(wanted.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db(ACTION))?;
+    }
+    if existing.is_none() {
+        existing = sqlx::query_scalar(
+            "SELECT stream_id FROM host_streams \
+             WHERE platform = ? AND kind = ? AND target_id = ?",
+        )
+        .bind(platform)
+        .bind(kind)
+        .bind(target_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(ACTION))?;
+    }
+    if let Some(id) = existing {
+        sqlx::query(
+            "UPDATE host_streams SET \
+             name = CASE kind WHEN 'group' THEN COALESCE(?, name) ELSE COALESCE(?, name) END, \
+             last_active = MAX(last_active, ?) \
+             WHERE stream_id = ?",
+        )
+        .bind(names.group)
+        .bind(names.private)
+        .bind(at_ms)
+        .bind(&id)
+        .execute(&mut *conn)
+        .await
+        .map_err(db(ACTION))?;
+        return StreamId::new(id).map_err(|error| corrupt(ACTION, error));
+    }
+    let id = wanted.cloned().unwrap_or(derived);
+    let name = match target {
+        ChatTarget::Group { .. } => names.group,
+        ChatTarget::Private { .. } => names.private,
+    }
+    .unwrap_or(target_id);
+    sqlx::query(
+        "INSERT INTO host_streams (stream_id, platform, kind, target_id, name, last_active) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(id.as_str())
+    .bind(platform)
+    .bind(kind)
+    .bind(target_id)
+    .bind(name)
+    .bind(at_ms)
+    .execute(&mut *conn)
+    .await
+    .map_err(db(ACTION))?;
+    Ok(id)
+}
+
+/// Records activity in a stream (the bot spoke) without touching its name.
+pub(crate) async fn touch(
+    conn: &mut SqliteConnection,
+    stream: &StreamId,
+    at_ms: i64,
+) -> Result<(), HostError> {
+    sqlx::query("UPDATE host_streams SET last_active = MAX(last_active, ?) WHERE stream_id = ?")
+        .bind(at_ms)
+        .bind(stream.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(db("record activity in a stream"))?;
+    Ok(())
+}
+
+/// A row count as SQLite takes it.
+pub(crate) fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
