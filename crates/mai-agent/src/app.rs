@@ -41,11 +41,11 @@ pub async fn build(
     let store = SqliteStore::open(&path)
         .await
         .with_context(|| format!("cannot open the task database {}", path.display()))?;
-    build_with_store(settings, Arc::new(store), host, model)
+    build_with_store(settings, Arc::new(store), host, model).await
 }
 
 /// Builds the engine (not started) over any store.
-pub fn build_with_store(
+pub async fn build_with_store(
     settings: &Settings,
     store: Arc<dyn TaskStore>,
     host: Arc<dyn Host>,
@@ -76,6 +76,7 @@ pub fn build_with_store(
         prompts: Arc::new(prompts),
         clock: Arc::new(SystemClock),
         files_root: Some(settings.data_dir.join("files")),
-    })?;
+    })
+    .await?;
     Ok(engine)
 }

@@ -88,7 +88,7 @@ pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> 
         if !watched.contains(&event.task_id()) {
             continue;
         }
-        show(&event);
+        show(&event, event.task_id() != task.id);
         match event {
             TaskEvent::Question { task_id, .. } if task_id == task.id => {
                 let answer = ask_terminal().await?;
@@ -147,9 +147,11 @@ fn finish(args: &RunArgs, task: &TaskRecord) -> Result<bool> {
     Ok(task.status == TaskStatus::Completed)
 }
 
-fn show(event: &TaskEvent) {
+/// One progress line; events of the reply task are marked as such.
+fn show(event: &TaskEvent, is_reply: bool) {
+    let who = if is_reply { "reply " } else { "" };
     match event {
-        TaskEvent::Status { status, reason, .. } => eprintln!("  [{status}] {reason}"),
+        TaskEvent::Status { status, reason, .. } => eprintln!("  {who}[{status}] {reason}"),
         TaskEvent::Round { round, .. } => eprintln!("  round {round}"),
         TaskEvent::ToolCall {
             tool, arguments, ..

@@ -15,6 +15,11 @@ pub fn print(engine: &Arc<Engine>, role: Option<Role>, as_json: bool) -> Result<
     match role {
         Some(role) => {
             let tools = registry.presented(role);
+            let specs: Vec<_> = tools
+                .iter()
+                .map(|t| mai_tools::budget::tool_spec(t))
+                .collect();
+            let tokens = mai_tools::budget::schema_tokens(&specs);
             if as_json {
                 let list: Vec<_> = tools
                     .iter()
@@ -26,7 +31,10 @@ pub fn print(engine: &Arc<Engine>, role: Option<Role>, as_json: bool) -> Result<
                         })
                     })
                     .collect();
-                println!("{}", json!({"role": role.as_str(), "tools": list}));
+                println!(
+                    "{}",
+                    json!({"role": role.as_str(), "tools": list, "schema_tokens": tokens})
+                );
                 return Ok(());
             }
             println!(
@@ -53,6 +61,7 @@ pub fn print(engine: &Arc<Engine>, role: Option<Role>, as_json: bool) -> Result<
                     description.trim_end_matches('.')
                 );
             }
+            println!("Schemas as sent each round: {tokens} cl100k tokens.");
             println!(
                 "Answered at dispatch, never presented: {} (fallback for models that still call them).",
                 SYNTHETIC_NAMES.join(", ")

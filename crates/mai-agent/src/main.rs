@@ -100,6 +100,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -142,7 +143,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Arc::new(store),
                 Arc::new(ConsoleHost::default()),
                 ModelChoice::Configured,
-            )?;
+            )
+            .await?;
             cmd_tools::print(&engine, role, json)?;
             if !json {
                 match &settings.config_path {

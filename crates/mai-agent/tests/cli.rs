@@ -260,7 +260,17 @@ async fn tools_lists_exactly_what_each_role_may_call() {
             .map(|t| t["name"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert!(names("guest", true).is_empty());
+    assert_eq!(
+        names("guest", true),
+        [
+            "search_memory",
+            "fetch_history",
+            "query_person",
+            "search_users",
+            "get_frequency"
+        ],
+        "guests get the information tools only"
+    );
     let user = names("user", true);
     assert_eq!(user[0], "ask_user");
     assert!(user.contains(&"read".to_owned()) && !user.contains(&"run_command".to_owned()));

@@ -17,67 +17,92 @@ use mai_core::tool::{ToolContext, ToolDefinition, ToolError, TypedTool, Visibili
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::subagent::{self, SubagentRequest};
+use crate::tool_capabilities::EngineCapabilities;
 
 pub const ASK_USER: &str = "ask_user";
 pub const ASK_SUBAGENT: &str = "ask_subagent";
 pub const ASK_SUBAGENTS: &str = "ask_subagents";
 
-/// Registers the built-in agent-loop tools.
-pub(crate) fn register(
+/// Registers the built-in agent-loop tools, in spec order, as one atomic registry change.
+pub(crate) async fn register(
     engine: &Arc<Engine>,
     files_root: Option<PathBuf>,
 ) -> Result<(), EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
-    let files = match files_root {
-        Some(root) => mai_tools::files::file_tools(root)
-            .map_err(|e| EngineError::Internal(format!("cannot set up the file tools: {e}")))?,
-        None => Vec::new(),
-    };
-    let ask = ToolDefinition::typed(
-        ASK_USER,
-        "Ask the task's owner a question and wait for the answer. Use only when you cannot \
-         continue without their decision or missing facts.",
-        Visibility::Essential,
-        Role::User,
-        AskUser,
-    )
-    .map_err(invalid)?;
-    let weak = Arc::downgrade(engine);
-    let one = ToolDefinition::typed(
-        ASK_SUBAGENT,
-        "Delegate one focused sub-question to a helper agent with its own tool loop; returns its \
-         answer. Use for self-contained research; the helper cannot ask the user.",
-        Visibility::Discoverable,
-        Role::User,
-        AskSubagent(weak.clone()),
-    )
-    .map_err(invalid)?;
-    let many = ToolDefinition::typed(
-        ASK_SUBAGENTS,
-        "Run several independent sub-questions in parallel helper agents; returns each answer in \
-         order. Prefer over repeated ask_subagent when the questions do not depend on each other.",
-        Visibility::Discoverable,
-        Role::User,
-        AskSubagents(weak),
-    )
-    .map_err(invalid)?;
     let config = engine.config.config();
-    let shell = if config.shell.enabled {
-        Some(mai_tools::shell::run_command_tool().map_err(invalid)?)
-    } else {
-        None
-    };
+    let capabilities = Arc::new(EngineCapabilities(Arc::downgrade(engine)));
+    let mut tools: Vec<ToolDefinition> = Vec::new();
+    // 1. Task management.
+    tools.extend(mai_tools::tasks::task_tools(capabilities.clone()).map_err(invalid)?);
+    // 2. Information.
+    tools.extend(mai_tools::info::info_tools(engine.host.clone()).map_err(invalid)?);
+    // 3. Files.
+    if let Some(root) = files_root {
+        tools
+            .extend(mai_tools::files::file_tools(root).map_err(|e| {
+                EngineError::Internal(format!("cannot set up the file tools: {e}"))
+            })?);
+    }
+    // 4. ask_user.
+    tools.push(
+        ToolDefinition::typed(
+            ASK_USER,
+            "Ask the task's owner a question and wait for the answer. Use only when you cannot \
+             continue without their decision or missing facts.",
+            Visibility::Essential,
+            Role::User,
+            AskUser,
+        )
+        .map_err(invalid)?,
+    );
+    // 5. send_message.
+    tools.push(
+        mai_tools::send_message::send_message_tool(engine.host.clone(), capabilities)
+            .map_err(invalid)?,
+    );
+    // 6. Cross-plugin APIs (allowlisted only).
+    tools.extend(
+        mai_tools::plugin_api::plugin_api_tools(engine.host.clone(), &config.plugin_api.allowlist)
+            .await
+            .map_err(|e| {
+                EngineError::Internal(format!("cannot list the host's plugin APIs: {e}"))
+            })?,
+    );
+    // 7. Sub-agents.
+    if config.subagent.enabled {
+        let weak = Arc::downgrade(engine);
+        tools.push(
+            ToolDefinition::typed(
+                ASK_SUBAGENT,
+                "Delegate one focused sub-question to a helper agent with its own tool loop; \
+                 returns its answer. Use for self-contained research; the helper cannot ask the \
+                 user.",
+                Visibility::Discoverable,
+                Role::User,
+                AskSubagent(weak.clone()),
+            )
+            .map_err(invalid)?,
+        );
+        tools.push(
+            ToolDefinition::typed(
+                ASK_SUBAGENTS,
+                "Run several independent sub-questions in parallel helper agents; returns each \
+                 answer in order. Prefer over repeated ask_subagent when the questions do not \
+                 depend on each other.",
+                Visibility::Discoverable,
+                Role::User,
+                AskSubagents(weak),
+            )
+            .map_err(invalid)?,
+        );
+    }
+    // 8. Command execution.
+    if config.shell.enabled {
+        tools.push(mai_tools::shell::run_command_tool().map_err(invalid)?);
+    }
     engine.registry.edit(|edit| {
-        for tool in files {
+        for tool in tools {
             edit.register(tool);
-        }
-        edit.register(ask);
-        if config.subagent.enabled {
-            edit.register(one);
-            edit.register(many);
-        }
-        if let Some(shell) = shell {
-            edit.register(shell);
         }
     });
     Ok(())

@@ -183,7 +183,7 @@ pub struct Engine {
 
 impl Engine {
     /// Builds the engine and registers its own tools. Nothing runs until [`Engine::start`].
-    pub fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
+    pub async fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
         let files_root = deps.files_root.clone();
         let engine = Arc::new_cyclic(|me| Engine {
             schedule_timers: Arc::new(Timers::new(deps.clock.clone())),
@@ -206,7 +206,7 @@ impl Engine {
             started: std::sync::atomic::AtomicBool::new(false),
             me: me.clone(),
         });
-        crate::builtin_tools::register(&engine, files_root)?;
+        crate::builtin_tools::register(&engine, files_root).await?;
         Ok(engine)
     }
 

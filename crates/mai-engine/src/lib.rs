@@ -14,5 +14,6 @@ pub mod runner;
 mod scheduler;
 pub mod splitter;
 pub mod subagent;
+mod tool_capabilities;
 mod truncate;
 mod waiting;

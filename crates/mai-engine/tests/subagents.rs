@@ -106,8 +106,15 @@ async fn a_subagent_answers_with_its_own_tool_loop_and_nothing_of_it_is_persiste
             let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
             assert_eq!(
                 names,
-                ["lookup"],
-                "no ask_user, no nesting, no send_message, nothing above the role"
+                [
+                    "lookup",
+                    "search_memory",
+                    "fetch_history",
+                    "query_person",
+                    "search_users",
+                    "get_frequency"
+                ],
+                "no ask_user, task tools, send_message, nesting or tools above the role"
             );
             return Ok(match last_tool_result(req) {
                 None => calls(&[("l1", "lookup", json!({"q": "x"}))]),

@@ -201,6 +201,7 @@ pub async fn engine_at(
         clock,
         files_root: None,
     })
+    .await
     .unwrap()
 }
 

@@ -1,0 +1,133 @@
+//! The engine's side of the capabilities agent-loop tools use (`TaskControl`, `Messenger`):
+//! thin adapters onto the task manager facade and the reply path, so every tool goes through the
+//! same ownership checks and delivery as the front ends.
+//!
+//! They hold a weak reference: the registry that holds the tools is owned by the engine.
+
+use std::sync::Weak;
+
+use async_trait::async_trait;
+
+use mai_core::capabilities::{Messenger, TaskControl};
+use mai_core::ids::StreamId;
+use mai_core::store::TaskFilter;
+use mai_core::task::{TaskLevel, TaskRecord};
+use mai_core::tool::ToolContext;
+
+use crate::engine::Engine;
+use crate::manager::{Caller, CreateTask};
+
+/// `TaskControl` and `Messenger` for the engine's tools.
+pub(crate) struct EngineCapabilities(pub Weak<Engine>);
+
+impl EngineCapabilities {
+    fn engine(&self) -> Result<std::sync::Arc<Engine>, String> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| "the engine is stopping".to_owned())
+    }
+
+    /// The calling task as a facade caller: identity from the task, never from arguments.
+    async fn caller(engine: &Engine, ctx: &ToolContext) -> Result<Caller, String> {
+        let group_id = engine
+            .store
+            .get(ctx.task_id())
+            .await
+            .map_err(|e| e.to_string())?
+            .and_then(|task| task.metadata.group_id);
+        Ok(Caller {
+            owner: ctx.owner().clone(),
+            role: ctx.role(),
+            stream_id: ctx.stream_id().clone(),
+            platform: ctx.platform().to_owned(),
+            group_id,
+        })
+    }
+}
+
+#[async_trait]
+impl TaskControl for EngineCapabilities {
+    async fn list_own_tasks(
+        &self,
+        ctx: &ToolContext,
+        limit: u32,
+    ) -> Result<Vec<TaskRecord>, String> {
+        let engine = self.engine()?;
+        let caller = Self::caller(&engine, ctx).await?;
+        let filter = TaskFilter {
+            owner: Some(ctx.owner().clone()),
+            limit: Some(limit),
+            ..TaskFilter::default()
+        };
+        engine
+            .list(&caller, filter)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn create_subtask(
+        &self,
+        ctx: &ToolContext,
+        intent: &str,
+        level: TaskLevel,
+    ) -> Result<TaskRecord, String> {
+        let engine = self.engine()?;
+        let caller = Self::caller(&engine, ctx).await?;
+        let request = CreateTask {
+            level,
+            parent_task_id: Some(ctx.task_id()),
+            ..CreateTask::agent(intent)
+        };
+        engine
+            .create(&caller, request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn inject_task(
+        &self,
+        ctx: &ToolContext,
+        task: &str,
+        instruction: &str,
+    ) -> Result<TaskRecord, String> {
+        let engine = self.engine()?;
+        let caller = Self::caller(&engine, ctx).await?;
+        engine
+            .inject(&caller, task, instruction)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn cancel_task(&self, ctx: &ToolContext, task: &str) -> Result<TaskRecord, String> {
+        let engine = self.engine()?;
+        let caller = Self::caller(&engine, ctx).await?;
+        engine
+            .cancel(&caller, task)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl Messenger for EngineCapabilities {
+    async fn deliver(
+        &self,
+        ctx: &ToolContext,
+        stream: &StreamId,
+        text: &str,
+        polish: bool,
+        split: bool,
+    ) -> Result<Vec<String>, String> {
+        let engine = self.engine()?;
+        let parts = engine.prepare_parts(stream, text, polish, split).await;
+        if parts.is_empty() {
+            return Err("the message is empty".to_owned());
+        }
+        for part in &parts {
+            engine
+                .send_with_retries(ctx.task_id(), stream, part)
+                .await?;
+        }
+        Ok(parts)
+    }
+}
