@@ -1,4 +1,5 @@
-//! Wiring: the store, model, registry and engine a command runs with, built from settings.
+//! Wiring: the store, embedded host, model, registry and engine a command runs with, built from
+//! settings — the same way for every command, so `tools` shows what `run` uses.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -6,12 +7,11 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use mai_core::clock::SystemClock;
 use mai_core::config::LiveConfig;
-use mai_core::host::Host;
 use mai_core::model::ChatModel;
-use mai_core::store::TaskStore;
 use mai_core::tool::ToolRegistry;
 use mai_engine::engine::{Engine, EngineDeps};
 use mai_engine::prompts::Prompts;
+use mai_host::{EmbeddedConfig, EmbeddedHost};
 use mai_llm::{OpenAiClient, ReplayModel};
 use mai_store::SqliteStore;
 
@@ -25,12 +25,15 @@ pub enum ModelChoice<'a> {
     Replay(&'a Path),
 }
 
-/// Builds the engine (not started) over the store in the data directory.
-pub async fn build(
-    settings: &Settings,
-    host: Arc<dyn Host>,
-    model: ModelChoice<'_>,
-) -> Result<Arc<Engine>> {
+/// What a command runs with.
+pub struct App {
+    pub engine: Arc<Engine>,
+    pub host: Arc<EmbeddedHost>,
+}
+
+/// Builds the engine (not started) over the database in the data directory; the tasks and the
+/// embedded host's tables share one SQLite file.
+pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
     std::fs::create_dir_all(&settings.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
@@ -41,16 +44,12 @@ pub async fn build(
     let store = SqliteStore::open(&path)
         .await
         .with_context(|| format!("cannot open the task database {}", path.display()))?;
-    build_with_store(settings, Arc::new(store), host, model).await
-}
-
-/// Builds the engine (not started) over any store.
-pub async fn build_with_store(
-    settings: &Settings,
-    store: Arc<dyn TaskStore>,
-    host: Arc<dyn Host>,
-    model: ModelChoice<'_>,
-) -> Result<Arc<Engine>> {
+    let host = Arc::new(
+        EmbeddedHost::open(&path, EmbeddedConfig::default())
+            .await
+            .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
+    );
+    crate::console::connect(&host);
     let config = Arc::new(LiveConfig::new(settings.config.clone())?);
     let model: Arc<dyn ChatModel> = match model {
         ModelChoice::Configured => Arc::new(
@@ -68,9 +67,9 @@ pub async fn build_with_store(
         None => Prompts::embedded(),
     };
     let engine = Engine::new(EngineDeps {
-        store,
+        store: Arc::new(store),
         model,
-        host,
+        host: host.clone(),
         registry: Arc::new(ToolRegistry::new()),
         config,
         prompts: Arc::new(prompts),
@@ -78,5 +77,5 @@ pub async fn build_with_store(
         files_root: Some(settings.data_dir.join("files")),
     })
     .await?;
-    Ok(engine)
+    Ok(App { engine, host })
 }

@@ -2,23 +2,19 @@
 //! the bot's messages on stdout, and questions answered at the terminal.
 
 use std::io::{BufRead, Write};
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use mai_core::ids::{Owner, StreamId};
+use mai_core::host::{ChatTarget, Host};
+use mai_core::ids::Owner;
 use mai_core::role::Role;
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus};
-use mai_engine::engine::Engine;
 use mai_engine::events::TaskEvent;
 use mai_engine::manager::{Caller, CreateTask};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::console::ConsoleHost;
-
-/// The person at the terminal.
-pub const CONSOLE_PLATFORM: &str = "console";
-pub const CONSOLE_USER: &str = "local";
+use crate::app::App;
+use crate::console::{CONSOLE_PLATFORM, CONSOLE_USER};
 
 pub struct RunArgs {
     /// What to do: a new intent, or an existing task to continue in the foreground.
@@ -35,9 +31,18 @@ pub enum RunWhat {
 }
 
 /// Runs the task to its end; returns whether it completed.
-pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> Result<bool> {
+pub async fn run(app: App, args: RunArgs) -> Result<bool> {
+    let App { engine, host } = app;
     let owner = Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?;
-    let stream = StreamId::new(args.stream.clone())?;
+    // The console chat the task lives in (a private chat of the person at the terminal).
+    let stream = host
+        .open_stream(
+            CONSOLE_PLATFORM,
+            &ChatTarget::Private {
+                user_id: args.stream.clone(),
+            },
+        )
+        .await?;
     let caller = Caller {
         owner: owner.clone(),
         role: args.role,
@@ -92,7 +97,7 @@ pub async fn run(engine: Arc<Engine>, host: Arc<ConsoleHost>, args: RunArgs) -> 
         match event {
             TaskEvent::Question { task_id, .. } if task_id == task.id => {
                 let answer = ask_terminal().await?;
-                host.record_user_line(&answer);
+                crate::console::ingest_line(&host, &args.stream, &answer).await?;
                 engine.handle_user_reply(&owner, &stream, &answer).await?;
             }
             TaskEvent::Status {

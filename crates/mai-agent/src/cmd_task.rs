@@ -10,7 +10,7 @@ use mai_core::task::{TaskRecord, TaskStatus};
 use mai_engine::engine::Engine;
 use mai_engine::manager::Caller;
 
-use crate::cmd_run::{CONSOLE_PLATFORM, CONSOLE_USER};
+use crate::console::{CONSOLE_PLATFORM, CONSOLE_USER};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TaskCommand {
@@ -37,7 +37,7 @@ fn operator() -> Result<Caller> {
     Ok(Caller {
         owner: Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?,
         role: Role::Admin,
-        stream_id: StreamId::new("console")?,
+        stream_id: StreamId::new(format!("{CONSOLE_PLATFORM}:{CONSOLE_USER}"))?,
         platform: CONSOLE_PLATFORM.into(),
         group_id: None,
     })

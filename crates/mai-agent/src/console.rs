@@ -1,61 +1,48 @@
-//! The terminal as a chat host, for `mai-agent run` and `mai-agent task`: messages the bot sends
-//! are printed to stdout; context notes and the message log stay in memory.
+//! The terminal as a chat channel of the embedded host, for `mai-agent run`: what the bot sends
+//! to the `console` platform is printed to stdout; what the person types is ingested as their
+//! message.
 
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use mai_core::host::{ChatLine, Delivery, Host, HostError, Jargon, Persona};
-use mai_core::ids::StreamId;
+use mai_core::host::{Delivery, HostError, StreamInfo};
+use mai_host::{ChannelSender, EmbeddedHost, IncomingMessage};
 
-/// Prints what the bot says; remembers the conversation for polish context.
+/// The platform name of the terminal.
+pub const CONSOLE_PLATFORM: &str = "console";
+/// The person at the terminal.
+pub const CONSOLE_USER: &str = "local";
+
+/// Prints the bot's messages.
 #[derive(Debug, Default)]
-pub struct ConsoleHost {
-    log: Mutex<Vec<ChatLine>>,
-}
-
-impl ConsoleHost {
-    /// Records a line the person typed, so polish sees the conversation.
-    pub fn record_user_line(&self, text: &str) {
-        self.push("you", text);
-    }
-
-    fn push(&self, sender: &str, text: &str) {
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        log.push(ChatLine {
-            sender: sender.to_owned(),
-            text: text.to_owned(),
-            at: Utc::now(),
-        });
-    }
-}
+pub struct ConsoleChannel;
 
 #[async_trait]
-impl Host for ConsoleHost {
-    async fn send_text(&self, _stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
+impl ChannelSender for ConsoleChannel {
+    async fn send(&self, _stream: &StreamInfo, text: &str) -> Result<Delivery, HostError> {
         println!("mai> {text}");
-        self.push("mai", text);
         Ok(Delivery::Sent)
     }
+}
 
-    async fn append_context(&self, _stream: &StreamId, _note: &str) -> Result<(), HostError> {
-        Ok(())
-    }
+/// Connects the terminal to `host`.
+pub fn connect(host: &EmbeddedHost) {
+    host.register_channel(CONSOLE_PLATFORM, Arc::new(ConsoleChannel));
+}
 
-    async fn recent_messages(
-        &self,
-        _stream: &StreamId,
-        limit: usize,
-    ) -> Result<Vec<ChatLine>, HostError> {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(log[log.len().saturating_sub(limit)..].to_vec())
-    }
-
-    async fn jargon(&self, _stream: &StreamId, _text: &str) -> Result<Vec<Jargon>, HostError> {
-        Ok(Vec::new())
-    }
-
-    async fn persona(&self) -> Persona {
-        Persona::default()
-    }
+/// Stores a line the person typed as their message in the console chat `chat`.
+pub async fn ingest_line(host: &EmbeddedHost, chat: &str, text: &str) -> Result<(), HostError> {
+    host.ingest_message(&IncomingMessage {
+        platform: CONSOLE_PLATFORM.into(),
+        stream_id: None,
+        group_id: None,
+        group_name: None,
+        user_id: chat.into(),
+        sender_name: "you".into(),
+        text: text.into(),
+        at: Utc::now(),
+    })
+    .await
+    .map(drop)
 }

@@ -10,15 +10,12 @@ mod settings;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use mai_core::role::Role;
-use mai_store::SqliteStore;
 
 use crate::app::ModelChoice;
-use crate::console::ConsoleHost;
 use crate::settings::Settings;
 
 /// mai-agent runs background LLM sub-agent tasks for chat bots.
@@ -58,8 +55,8 @@ enum Command {
         /// The role the task runs with.
         #[arg(long, default_value = "user")]
         role: Role,
-        /// The chat stream the task belongs to.
-        #[arg(long, default_value = "console")]
+        /// The console chat the task belongs to (its replies and questions go there).
+        #[arg(long, default_value = crate::console::CONSOLE_USER)]
         stream: String,
         /// Print `{"task_id", "status", "answer", "rounds"}` as the last stdout line.
         #[arg(long)]
@@ -136,16 +133,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
     match cli.command {
         Command::Tools { role, json } => {
-            // The tool set does not depend on stored tasks: an in-memory store is enough.
-            let store = SqliteStore::open_in_memory().await?;
-            let engine = app::build_with_store(
-                &settings,
-                Arc::new(store),
-                Arc::new(ConsoleHost::default()),
-                ModelChoice::Configured,
-            )
-            .await?;
-            cmd_tools::print(&engine, role, json)?;
+            let app = app::build(&settings, ModelChoice::Configured).await?;
+            cmd_tools::print(&app.engine, role, json)?;
             if !json {
                 match &settings.config_path {
                     Some(path) => eprintln!("(config: {})", path.display()),
@@ -169,15 +158,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             };
             let mut settings = settings;
             grant_console_role(&mut settings, role);
-            let host = Arc::new(ConsoleHost::default());
             let model = match &replay {
                 Some(path) => ModelChoice::Replay(path),
                 None => ModelChoice::Configured,
             };
-            let engine = app::build(&settings, host.clone(), model).await?;
+            let app = app::build(&settings, model).await?;
             let completed = cmd_run::run(
-                engine,
-                host,
+                app,
                 cmd_run::RunArgs {
                     what,
                     role,
@@ -193,13 +180,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Task { command, json } => {
-            let engine = app::build(
-                &settings,
-                Arc::new(ConsoleHost::default()),
-                ModelChoice::Configured,
-            )
-            .await?;
-            cmd_task::run(engine, command, json).await?;
+            let app = app::build(&settings, ModelChoice::Configured).await?;
+            cmd_task::run(app.engine, command, json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),
@@ -209,7 +191,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 /// `run --role R` gives the person at the terminal role R through the normal permission rules,
 /// so the task's role is resolved exactly like a chat user's.
 fn grant_console_role(settings: &mut Settings, role: Role) {
-    let me = format!("{}:{}", cmd_run::CONSOLE_PLATFORM, cmd_run::CONSOLE_USER);
+    let me = format!("{}:{}", console::CONSOLE_PLATFORM, console::CONSOLE_USER);
     let permission = &mut settings.config.permission;
     permission.admins.retain(|p| p != &me);
     permission.users.retain(|p| p != &me);
