@@ -33,6 +33,9 @@ pub struct RecordingHost {
     pub failing_sends: AtomicUsize,
     /// Sends that answer "not delivered" without an error.
     pub rejecting_sends: AtomicUsize,
+    /// Plugin APIs the host offers, and how often any was called.
+    pub apis: Vec<mai_core::host::PluginApi>,
+    pub api_calls: AtomicUsize,
 }
 
 impl RecordingHost {
@@ -86,6 +89,17 @@ impl Host for RecordingHost {
     }
     async fn persona(&self) -> Persona {
         Persona::default()
+    }
+    async fn list_apis(&self) -> Result<Vec<mai_core::host::PluginApi>, HostError> {
+        Ok(self.apis.clone())
+    }
+    async fn call_api(
+        &self,
+        _name: &str,
+        _args: serde_json::Value,
+    ) -> Result<serde_json::Value, HostError> {
+        self.api_calls.fetch_add(1, Ordering::SeqCst);
+        Ok(serde_json::json!({"ok": true}))
     }
 }
 
