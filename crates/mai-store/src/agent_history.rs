@@ -11,10 +11,10 @@ use crate::status_log::ROWS_PER_INSERT;
 
 /// A history entry as columns, encoded before the write lock is taken.
 pub(crate) struct HistoryRow {
-    round: i64,
-    kind: &'static str,
-    payload: String,
-    at: String,
+    pub round: i64,
+    pub kind: &'static str,
+    pub payload: String,
+    pub at: String,
 }
 
 pub(crate) fn encode_history(

@@ -8,6 +8,7 @@
 mod agent_history;
 mod codec;
 mod error;
+mod one_trip;
 mod read;
 mod schema;
 mod sqlite;

@@ -61,18 +61,29 @@ impl SqliteStore {
     /// Takes this process's write turn, then SQLite's write lock.
     async fn begin_write(&self, doing: &'static str) -> Result<WriteTurn<'_>, StoreError> {
         let turn = self.write_gate.lock().await;
-        let tx = self
-            .pool
+        let tx = self.begin_immediate(doing).await?;
+        Ok((turn, tx))
+    }
+
+    /// SQLite's write lock, for a caller that holds the write turn.
+    async fn begin_immediate(
+        &self,
+        doing: &'static str,
+    ) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        self.pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(db(doing))?;
-        Ok((turn, tx))
+            .map_err(db(doing))
     }
 
     pub(crate) async fn insert_task(&self, task: &TaskRecord) -> Result<(), StoreError> {
         const DOING: &str = "inserting a task";
         let row = TaskRow::encode(task)?;
-        let (_turn, mut tx) = self.begin_write(DOING).await?;
+        let _turn = self.write_gate.lock().await;
+        if self.insert_in_one_trip(task, &row, DOING).await? {
+            return Ok(());
+        }
+        let mut tx = self.begin_immediate(DOING).await?;
         let inserted = sqlx::query(
             "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
              record, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -109,7 +120,16 @@ impl SqliteStore {
     ) -> Result<SaveOutcome, StoreError> {
         let row = TaskRow::encode(task)?;
         let history = encode_history(task.id, history)?;
-        let (_turn, mut tx) = self.begin_write(doing).await?;
+        let _turn = self.write_gate.lock().await;
+        // The usual case in one round trip; anything else (conflicts included) below.
+        if let Some(expected) = expected
+            && self
+                .write_in_one_trip(task, &row, expected, &history, doing)
+                .await?
+        {
+            return Ok(SaveOutcome::Saved);
+        }
+        let mut tx = self.begin_immediate(doing).await?;
         let mut updated = None;
         if expected.is_none_or(|expected| expected == task.status) {
             updated = update_unindexed(&mut tx, &row, doing).await?;
