@@ -1,0 +1,361 @@
+//! Test doubles shared by the engine benchmarks (`benches/round.rs`) and the load generator
+//! (`examples/loadgen.rs`): a host that only counts, an in-process model that answers at once
+//! from a script, a no-op tool, and an engine over a SQLite file.
+//!
+//! Included with `#[path]` (not a crate), so each user compiles only what it calls.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mai_core::config::{Config, LiveConfig};
+use mai_core::host::{ChatLine, Delivery, Host, HostError, Jargon, Persona};
+use mai_core::ids::{Owner, StreamId};
+use mai_core::model::{
+    ChatModel, ChatRequest, ChatResponse, MessageRole, ModelError, ModelPurpose, ToolCall,
+};
+use mai_core::role::Role;
+use mai_core::store::{
+    HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError, TaskFilter, TaskStore,
+};
+use mai_core::task::{TaskId, TaskRecord, TaskStatus};
+use mai_core::tool::{
+    ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
+};
+use mai_engine::engine::{Engine, EngineDeps};
+use mai_engine::events::TaskEvent;
+use mai_engine::manager::Caller;
+use mai_engine::prompts::Prompts;
+use mai_store::SqliteStore;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// The user every benchmark task belongs to (a configured user, so `ask_user` passes its gate).
+pub const USER: &str = "bench";
+
+/// A host that counts sends and records nothing.
+#[derive(Default)]
+pub struct NullHost {
+    pub sent: AtomicUsize,
+}
+
+#[async_trait]
+impl Host for NullHost {
+    async fn send_text(&self, _stream: &StreamId, _text: &str) -> Result<Delivery, HostError> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        Ok(Delivery::Sent)
+    }
+    async fn append_context(&self, _stream: &StreamId, _note: &str) -> Result<(), HostError> {
+        Ok(())
+    }
+    async fn recent_messages(
+        &self,
+        _stream: &StreamId,
+        _limit: usize,
+    ) -> Result<Vec<ChatLine>, HostError> {
+        Ok(Vec::new())
+    }
+    async fn jargon(&self, _stream: &StreamId, _text: &str) -> Result<Vec<Jargon>, HostError> {
+        Ok(Vec::new())
+    }
+    async fn persona(&self) -> Persona {
+        Persona::default()
+    }
+}
+
+/// What the in-process model does with an agent request.
+#[derive(Debug, Clone, Copy)]
+pub enum Script {
+    /// Calls the no-op tool until the conversation holds this many tool results, then answers.
+    ToolRounds(usize),
+    /// Asks the user first; answers once the question has its result.
+    AskFirst,
+}
+
+/// A model that answers at once, in process.
+pub struct InstantModel {
+    script: Script,
+}
+
+impl InstantModel {
+    pub fn new(script: Script) -> Arc<Self> {
+        Arc::new(InstantModel { script })
+    }
+}
+
+/// The number of tool results already in the conversation.
+pub fn tool_results(req: &ChatRequest) -> usize {
+    req.messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Tool)
+        .count()
+}
+
+#[async_trait]
+impl ChatModel for InstantModel {
+    async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, ModelError> {
+        if req.purpose != ModelPurpose::Agent {
+            return Ok(ChatResponse::text("a title"));
+        }
+        let done = tool_results(req);
+        Ok(match self.script {
+            Script::ToolRounds(rounds) if done < rounds => ChatResponse::tool_calls(
+                "",
+                vec![ToolCall::new(format!("call_{done}"), "noop", json!({}))],
+            ),
+            Script::AskFirst if done == 0 => ChatResponse::tool_calls(
+                "",
+                vec![ToolCall::new(
+                    "call_ask",
+                    "ask_user",
+                    json!({"question": "Which volume should I check?"}),
+                )],
+            ),
+            _ => ChatResponse::text("done: all volumes are below 80%"),
+        })
+    }
+}
+
+/// A tool that does nothing.
+struct Noop;
+
+#[async_trait]
+impl ToolHandler for Noop {
+    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
+        Ok(json!({"success": true}))
+    }
+}
+
+/// A registry holding the no-op tool (the engine adds its own tools).
+pub fn registry() -> Arc<ToolRegistry> {
+    let registry = Arc::new(ToolRegistry::new());
+    registry.register(
+        ToolDefinition::new(
+            "noop",
+            "Do nothing.",
+            json!({"type": "object", "properties": {}}),
+            Visibility::Essential,
+            Role::Guest,
+            Arc::new(Noop),
+        )
+        .unwrap(),
+    );
+    registry
+}
+
+/// Polish off (no model call per reply), the benchmark user configured.
+pub fn bench_config(max_rounds: u32) -> Config {
+    let mut config = Config::default();
+    config.polish.enabled = false;
+    config.task.max_rounds = max_rounds;
+    config.permission.users = vec![format!("qq:{USER}")];
+    config
+}
+
+/// A started engine over the SQLite file `db`.
+pub async fn engine(
+    db: &Path,
+    config: Config,
+    model: Arc<dyn ChatModel>,
+    host: Arc<NullHost>,
+) -> Arc<Engine> {
+    let store = SqliteStore::open(db).await.unwrap();
+    engine_over(Arc::new(store), config, model, host).await
+}
+
+/// A started engine over `store`.
+pub async fn engine_over(
+    store: Arc<dyn TaskStore>,
+    config: Config,
+    model: Arc<dyn ChatModel>,
+    host: Arc<NullHost>,
+) -> Arc<Engine> {
+    let engine = Engine::new(EngineDeps {
+        store,
+        model,
+        host,
+        registry: registry(),
+        config: Arc::new(LiveConfig::new(config).unwrap()),
+        prompts: Arc::new(Prompts::embedded()),
+        clock: Arc::new(mai_core::clock::SystemClock),
+        files_root: None,
+    })
+    .await
+    .unwrap();
+    engine.start().await.unwrap();
+    engine
+}
+
+/// Call counts and total wall time per operation, for timing breakdowns.
+#[derive(Default)]
+pub struct Timings(Mutex<BTreeMap<&'static str, (u64, Duration)>>);
+
+impl Timings {
+    pub async fn time<T>(&self, what: &'static str, work: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = work.await;
+        let spent = started.elapsed();
+        let mut map = self.0.lock().unwrap();
+        let entry = map.entry(what).or_default();
+        entry.0 += 1;
+        entry.1 += spent;
+        out
+    }
+
+    /// `(operation, calls, total)`, by operation name.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64, Duration)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(what, (calls, total))| (*what, *calls, *total))
+            .collect()
+    }
+
+    pub fn reset(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+/// A store that times every call of the store it wraps.
+pub struct TimedStore {
+    pub inner: Arc<dyn TaskStore>,
+    pub timings: Arc<Timings>,
+}
+
+#[async_trait]
+impl TaskStore for TimedStore {
+    async fn insert(&self, task: &TaskRecord) -> Result<(), StoreError> {
+        self.timings
+            .time("store.insert", self.inner.insert(task))
+            .await
+    }
+    async fn save(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+    ) -> Result<SaveOutcome, StoreError> {
+        self.timings
+            .time("store.save", self.inner.save(task, expected))
+            .await
+    }
+    async fn checkpoint(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.timings
+            .time(
+                "store.checkpoint",
+                self.inner.checkpoint(task, expected, history),
+            )
+            .await
+    }
+    async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        self.timings.time("store.get", self.inner.get(id)).await
+    }
+    async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError> {
+        self.timings
+            .time("store.resolve", self.inner.resolve(reference))
+            .await
+    }
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timings
+            .time("store.list", self.inner.list(filter))
+            .await
+    }
+    async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timings
+            .time("store.list_active", self.inner.list_active())
+            .await
+    }
+    async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.timings
+            .time("store.history", self.inner.history(id, from_seq))
+            .await
+    }
+    async fn append_history(
+        &self,
+        id: TaskId,
+        entries: &[NewHistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.timings
+            .time(
+                "store.append_history",
+                self.inner.append_history(id, entries),
+            )
+            .await
+    }
+}
+
+/// A model that times every call of the model it wraps.
+pub struct TimedModel {
+    pub inner: Arc<dyn ChatModel>,
+    pub timings: Arc<Timings>,
+}
+
+#[async_trait]
+impl ChatModel for TimedModel {
+    async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.timings
+            .time("model.complete", self.inner.complete(req))
+            .await
+    }
+}
+
+/// The benchmark user in chat `stream`.
+pub fn caller(stream: &str) -> Caller {
+    Caller {
+        owner: Owner::person("qq", USER).unwrap(),
+        role: Role::User,
+        stream_id: StreamId::new(stream).unwrap(),
+        platform: "qq".into(),
+        group_id: None,
+    }
+}
+
+/// Waits until `id` reaches `status`, on the event stream. Events are best effort: after a lag
+/// the store is asked instead.
+pub async fn wait_status(
+    engine: &Engine,
+    events: &mut broadcast::Receiver<TaskEvent>,
+    id: TaskId,
+    status: TaskStatus,
+) {
+    let deadline = Duration::from_secs(60);
+    tokio::time::timeout(deadline, async {
+        loop {
+            match events.recv().await {
+                Ok(TaskEvent::Status {
+                    task_id, status: s, ..
+                }) if task_id == id && s == status => return,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let task = engine.get(&caller("s"), id).await.unwrap();
+                    if task.status == status {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => panic!("event stream closed"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {id} to be {status}"));
+}
+
+/// Resident set size of this process, in KiB (`VmRSS` in /proc/self/status).
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
