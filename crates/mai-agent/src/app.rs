@@ -44,8 +44,9 @@ pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
     let store = SqliteStore::open(&path)
         .await
         .with_context(|| format!("cannot open the task database {}", path.display()))?;
+    // One file, one pool: the host's tables live next to the tasks.
     let host = Arc::new(
-        EmbeddedHost::open(&path, EmbeddedConfig::default())
+        EmbeddedHost::with_pool(store.pool().clone(), EmbeddedConfig::default())
             .await
             .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
     );

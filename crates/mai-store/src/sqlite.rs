@@ -170,6 +170,12 @@ impl SqliteStore {
         })
     }
 
+    /// The connection pool, for other tables kept in the same file (the embedded host), so one
+    /// database file has one pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     /// Waits for running statements and closes every connection (checkpointing the WAL).
     pub async fn close(&self) {
         self.pool.close().await;
