@@ -71,12 +71,8 @@ impl Engine {
                     }),
                 )
                 .map_err(|e| EngineError::Internal(e.to_string()))?;
-            let first = [
-                ChatMessage::system(system),
-                ChatMessage::user(task.intent.clone()),
-            ];
-            self.checkpoint(task, 0, &first).await?;
-            conversation.messages.extend(first);
+            conversation.defer(ChatMessage::system(system));
+            conversation.defer(ChatMessage::user(task.intent.clone()));
         }
         loop {
             if let Some(reason) = control.reason() {
@@ -127,10 +123,7 @@ impl Engine {
                     &json!({"max_rounds": max_rounds}),
                 )
                 .map_err(|e| EngineError::Internal(e.to_string()))?;
-            let message = ChatMessage::user(note);
-            self.checkpoint(task, round, std::slice::from_ref(&message))
-                .await?;
-            conversation.messages.push(message);
+            conversation.defer(ChatMessage::user(note));
             Vec::new()
         } else {
             self.tool_specs(ctx.role())
@@ -158,9 +151,12 @@ impl Engine {
             message.content = "(the agent finished without writing an answer)".to_owned();
         }
         task.metadata.rounds = round;
-        self.checkpoint(task, round, std::slice::from_ref(&message))
-            .await?;
-        conversation.messages.push(message);
+        if message.tool_calls.is_empty() {
+            // The final answer: saved now, it is what the task delivers.
+            self.checkpoint(task, conversation, round, message).await?;
+        } else {
+            conversation.defer(message);
+        }
         Ok(None)
     }
 
@@ -242,22 +238,46 @@ impl Engine {
             preview: head_tail(&text, 300),
         });
         let message = ChatMessage::tool_result(call.id.clone(), text);
-        self.checkpoint(task, task.metadata.rounds, std::slice::from_ref(&message))
-            .await?;
-        conversation.messages.push(message);
-        Ok(())
+        self.checkpoint(task, conversation, task.metadata.rounds, message)
+            .await
     }
 
-    /// Saves the task and appends messages to its history in one transaction, only while the
-    /// task is still `running` as far as the store knows.
+    /// Adds `message` to the conversation and checkpoints it with everything not yet saved:
+    /// the task and the history entries in one transaction, only while the task is still
+    /// `running` as far as the store knows.
     pub(crate) async fn checkpoint(
         &self,
         task: &mut TaskRecord,
+        conversation: &mut Conversation,
         round: u32,
-        messages: &[ChatMessage],
+        message: ChatMessage,
     ) -> Result<(), EngineError> {
+        conversation.defer(message);
+        if self
+            .save_with_history(task, conversation, round, TaskStatus::Running)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(EngineError::Internal(format!(
+                "task {} changed while its loop was running",
+                task.id.short()
+            )))
+        }
+    }
+
+    /// Saves `task` (compare-and-set on `expected`) together with the conversation's unsaved
+    /// messages; emits a status event when the status changed. Returns whether it was saved.
+    pub(crate) async fn save_with_history(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+        round: u32,
+        expected: TaskStatus,
+    ) -> Result<bool, EngineError> {
         let at = self.now();
-        let entries: Vec<NewHistoryEntry> = messages
+        let entries: Vec<NewHistoryEntry> = conversation
+            .unsaved
             .iter()
             .map(|message| {
                 Ok(NewHistoryEntry {
@@ -273,14 +293,26 @@ impl Engine {
         task.updated_at = at;
         match self
             .store
-            .checkpoint(task, Some(TaskStatus::Running), &entries)
+            .checkpoint(task, Some(expected), &entries)
             .await?
         {
-            SaveOutcome::Saved => Ok(()),
-            SaveOutcome::Conflict { actual } => Err(EngineError::Internal(format!(
-                "task {} became {actual} while its loop was running",
-                task.id.short()
-            ))),
+            SaveOutcome::Saved => {
+                conversation.unsaved.clear();
+                if task.status != expected
+                    && let Some(change) = task.status_log.last()
+                {
+                    self.emit(TaskEvent::Status {
+                        task_id: task.id,
+                        status: task.status,
+                        reason: change.reason.clone(),
+                    });
+                }
+                Ok(true)
+            }
+            SaveOutcome::Conflict { actual } => {
+                tracing::debug!(task = %task.id, %expected, %actual, "changed concurrently");
+                Ok(false)
+            }
         }
     }
 

@@ -17,6 +17,9 @@ pub(crate) struct Conversation {
     pub pending_injections: Vec<ChatMessage>,
     /// The highest history sequence number seen.
     pub last_seq: Option<u64>,
+    /// The tail of `messages` not yet checkpointed: a model reply that called tools waits for
+    /// its first result, so a tool round costs one store write, not two.
+    pub unsaved: Vec<ChatMessage>,
 }
 
 /// Where the conversation stands.
@@ -54,6 +57,12 @@ impl Conversation {
             }
         }
         Ok(conversation)
+    }
+
+    /// Adds a message that will be checkpointed with the next one.
+    pub(crate) fn defer(&mut self, message: ChatMessage) {
+        self.unsaved.push(message.clone());
+        self.messages.push(message);
     }
 
     /// Moves pending injections into the conversation (before a model call).

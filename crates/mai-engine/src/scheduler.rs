@@ -204,11 +204,13 @@ impl Timers {
         (fired, next)
     }
 
-    /// Fires due entries through `fire` until `stop` is cancelled.
+    /// Fires due entries through `fire` until `stop` is cancelled. Each firing runs as its own
+    /// task, so a burst of due entries is handled in parallel, not one store round trip after
+    /// another.
     pub(crate) async fn run<F, Fut>(self: Arc<Self>, stop: CancellationToken, fire: F)
     where
         F: Fn(TaskId) -> Fut,
-        Fut: Future<Output = ()>,
+        Fut: Future<Output = ()> + Send + 'static,
     {
         loop {
             // Register interest before reading the state, so an `arm` between the read and the
@@ -218,7 +220,7 @@ impl Timers {
             changed.as_mut().enable();
             let (fired, next) = self.take_due(self.clock.now());
             for id in fired {
-                fire(id).await;
+                tokio::spawn(fire(id));
             }
             let wait = next.map(|at| {
                 (at - self.clock.now())

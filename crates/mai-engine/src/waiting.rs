@@ -55,7 +55,13 @@ impl Engine {
             "asked the user",
             asked_at,
         )?;
-        if !self.save_status(task, TaskStatus::Running).await? {
+        // The model's reply with the question is saved with the state change, so the answer can
+        // later complete its call.
+        let round = task.metadata.rounds;
+        if !self
+            .save_with_history(task, conversation, round, TaskStatus::Running)
+            .await?
+        {
             self.forget_question(task.id);
             return Ok(AfterCalls::End(RunEnd::Waiting));
         }
