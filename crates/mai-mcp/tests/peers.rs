@@ -549,3 +549,147 @@ async fn registry_integration_and_config_reload() {
             .all(|n| !n.starts_with("mcp_"))
     );
 }
+
+/// A server (official Python SDK) whose `grow` tool adds a tool and sends
+/// `notifications/tools/list_changed`.
+const GROWING_SERVER: &str = r#"
+import anyio
+import mcp.types as types
+from mcp.server.lowlevel import Server, NotificationOptions
+from mcp.server.stdio import stdio_server
+
+names = ["grow"]
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name=n, description=n, input_schema={"type": "object"}) for n in names])
+
+async def call_tool(ctx, params):
+    if params.name == "grow":
+        names.append(f"grown_{len(names)}")
+        await ctx.session.send_tool_list_changed()
+    return types.CallToolResult(content=[types.TextContent(type="text", text=params.name)])
+
+server = Server("growing", version="0.1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+async def main():
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+
+anyio.run(main)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_changed_refreshes_the_registry() {
+    let dir = peers_or_skip!();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = scratch.path().join("growing.py");
+    std::fs::write(&script, GROWING_SERVER).unwrap();
+    let python = dir.join("venv/bin/python");
+    let config = stdio(
+        "grow",
+        python.to_string_lossy(),
+        &[&script.to_string_lossy()],
+    );
+    let manager = McpManager::new(ManagerOptions::default());
+    let registry = ToolRegistry::new();
+    manager.start(&[config]).await;
+    apply_to_registry(&manager, &registry);
+    assert!(
+        registry.get("mcp_grow_grow").is_some(),
+        "{:?}",
+        manager.status()
+    );
+    assert!(registry.get("mcp_grow_grown_1").is_none());
+
+    let mut changes = manager.subscribe();
+    changes.borrow_and_update();
+    let done = registry
+        .execute("mcp_grow_grow", Role::User, json!({}), &ctx(Role::User))
+        .await;
+    assert_eq!(done.kind, OutcomeKind::Ok, "{:?}", done.value);
+    let grown = wait_until(&manager, Duration::from_secs(20), |_| {
+        manager.tools().iter().any(|t| t.name == "mcp_grow_grown_1")
+    })
+    .await;
+    assert!(grown, "the new tool appears after list_changed");
+    apply_to_registry(&manager, &registry);
+    assert!(registry.get("mcp_grow_grown_1").is_some());
+    manager.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_streamable_http() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = peers_or_skip!();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bin = dir.join("node/node_modules/.bin/mcp-server-everything");
+    let mut server = tokio::process::Command::new(&bin)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The server says on stderr when it listens: wait for that line, not for a fixed time.
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let listening = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("listening") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        listening.ok(),
+        Some(true),
+        "server-everything did not start its HTTP mode"
+    );
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    // `${HOME}` is set wherever cargo runs; the headers prove substitution and the bearer path
+    // do not break the request (the server ignores both).
+    let config = McpServerConfig {
+        name: "web".into(),
+        transport: McpTransport::Http,
+        command: None,
+        args: Vec::new(),
+        env: Default::default(),
+        url: Some(format!("http://127.0.0.1:{port}/mcp")),
+        headers: [
+            ("X-Home".to_owned(), "${HOME}".to_owned()),
+            ("Authorization".to_owned(), "Bearer test-token".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+        startup_timeout_secs: 30,
+        call_timeout_secs: 30,
+    };
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&[config]).await;
+    assert_eq!(
+        state_of(&manager, "web"),
+        Some(ServerState::Ready),
+        "{:?}",
+        manager.status()
+    );
+    assert!(manager.tools().iter().any(|t| t.name == "mcp_web_echo"));
+    let result = manager
+        .call(
+            "web",
+            "echo",
+            json!({"message": "over http"}),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result["text"], "Echo: over http");
+    manager.shutdown();
+    let _ = server.kill().await;
+}
