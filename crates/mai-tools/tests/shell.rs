@@ -271,11 +271,14 @@ async fn dropping_the_call_kills_the_tree() {
 
 #[tokio::test]
 async fn big_output_is_cut_to_head_and_tail() {
+    // 20 MB of output: a capture that kept it all would grow the process by ≥ 20 MiB.
+    let before = resident_kib();
     let result = run(
         &admin(),
-        json!({"command": "yes | head -c 5000000; echo; echo THE-END"}),
+        json!({"command": "yes | head -c 20000000; echo; echo THE-END"}),
     )
     .await;
+    let grown_kib = resident_kib().saturating_sub(before);
     assert_eq!(result["success"], json!(true));
     assert_eq!(result["truncated"], json!(true));
     let stdout = result["stdout"].as_str().unwrap();
@@ -283,10 +286,25 @@ async fn big_output_is_cut_to_head_and_tail() {
     assert!(stdout.starts_with("y\ny\ny\n"));
     assert!(stdout.ends_with("THE-END\n"));
     assert!(
-        stdout.contains("5000009 bytes in total"),
+        stdout.contains("20000009 bytes in total"),
         "note of the size"
     );
     assert_eq!(result["stderr"], json!(""));
+    assert!(grown_kib < 8 * 1024, "memory stayed bounded: grew {grown_kib} KiB");
+}
+
+/// This process's resident set size (Linux), in KiB.
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 #[tokio::test]
