@@ -52,3 +52,20 @@ pub trait Messenger: Send + Sync + 'static {
         split: bool,
     ) -> Result<Vec<String>, String>;
 }
+
+/// The MCP client manager as the planner's proxy tools (`list_mcp_tools`, `call_mcp_tool`,
+/// SYSTEM.md §7) see it: the planner reaches every configured MCP tool through these two calls
+/// instead of one registered tool per MCP tool.
+#[async_trait]
+pub trait McpProxy: Send + Sync + 'static {
+    /// Every tool of every connected server, as `(server, tool, description)`.
+    async fn list_tools(&self) -> Result<Vec<(String, String, String)>, String>;
+
+    /// Calls `tool` of `server` with `args`; the tool's result as JSON.
+    async fn call_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, String>;
+}

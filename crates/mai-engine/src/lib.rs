@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod manager;
+pub mod planner;
 pub mod prompts;
 mod reply;
 pub mod runner;

@@ -36,6 +36,8 @@ pub struct RecordingHost {
     /// Plugin APIs the host offers, and how often any was called.
     pub apis: Vec<mai_core::host::PluginApi>,
     pub api_calls: AtomicUsize,
+    /// People and groups `search_users` finds (by any keyword in `matched`).
+    pub users: Vec<mai_core::host::UserHit>,
 }
 
 impl RecordingHost {
@@ -89,6 +91,22 @@ impl Host for RecordingHost {
     }
     async fn persona(&self) -> Persona {
         Persona::default()
+    }
+    async fn search_users(
+        &self,
+        query: &mai_core::host::UserQuery,
+    ) -> Result<Vec<mai_core::host::UserHit>, HostError> {
+        Ok(self
+            .users
+            .iter()
+            .filter(|hit| {
+                query
+                    .keywords
+                    .iter()
+                    .any(|k| hit.matched.contains(k.as_str()))
+            })
+            .cloned()
+            .collect())
     }
     async fn list_apis(&self) -> Result<Vec<mai_core::host::PluginApi>, HostError> {
         Ok(self.apis.clone())
@@ -236,8 +254,25 @@ impl Harness {
         registry: Arc<ToolRegistry>,
         clock: Arc<dyn Clock>,
     ) -> Harness {
+        Self::start_with_host(
+            config,
+            model,
+            registry,
+            clock,
+            Arc::new(RecordingHost::default()),
+        )
+        .await
+    }
+
+    /// As [`Harness::start_with`], over a host the test prepared.
+    pub async fn start_with_host(
+        config: Config,
+        model: Arc<dyn ChatModel>,
+        registry: Arc<ToolRegistry>,
+        clock: Arc<dyn Clock>,
+        host: Arc<RecordingHost>,
+    ) -> Harness {
         let dir = tempfile::tempdir().unwrap();
-        let host = Arc::new(RecordingHost::default());
         let engine = engine_at(
             &dir.path().join("tasks.db"),
             config,

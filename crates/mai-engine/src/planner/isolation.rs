@@ -1,0 +1,149 @@
+//! Stream isolation for the `subagent_*` tools (SYSTEM.md §7): a planner call may only touch the
+//! tasks of the conversation it is made from.
+//!
+//! The host injects `chat_id` (the current stream) into the arguments; it is in no schema, so
+//! the model cannot forge it. When it is present and the model's `stream_id` differs, the call
+//! is refused; without it (no host injection, e.g. a direct API call) the check is skipped. A
+//! task reference is then resolved as admin and kept only if the task belongs to that stream —
+//! a task of another stream is "not found", never "not yours", so its existence does not leak.
+
+use mai_core::host::ChatTarget;
+use mai_core::ids::{Owner, StreamId};
+use mai_core::role::Role;
+use mai_core::store::TaskFilter;
+use mai_core::task::TaskRecord;
+use mai_core::tool::ToolError;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::manager::Caller;
+
+/// The host-injected context keys of a planner call (none of them in a schema).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct HostContext {
+    pub chat_id: Option<String>,
+    pub platform: Option<String>,
+    pub group_id: Option<String>,
+}
+
+/// The stream a `subagent_*` call acts in: the model's `stream_id`, refused when the host's
+/// `chat_id` names another one.
+pub(crate) fn current_stream(stream_id: &str, host: &HostContext) -> Result<StreamId, ToolError> {
+    let stream_id = stream_id.trim();
+    let stream = StreamId::new(stream_id)
+        .map_err(|e| ToolError::new(format!("{e}; pass the current conversation's stream_id")))?;
+    if let Some(chat_id) = host.chat_id.as_deref().map(str::trim)
+        && !chat_id.is_empty()
+        && chat_id != stream_id
+    {
+        return Err(ToolError::new(format!(
+            "stream_id `{stream_id}` is not the current conversation (`{chat_id}`): background \
+             sub-agents can only be managed from the conversation they belong to; use \
+             stream_id `{chat_id}`"
+        )));
+    }
+    Ok(stream)
+}
+
+/// The planner as a facade caller in `stream`: admin, owner `planner:{stream}`. Platform and
+/// group come from the host context, else from what the host knows about the stream.
+pub(crate) async fn planner_caller(
+    engine: &Engine,
+    stream: StreamId,
+    host: &HostContext,
+) -> Caller {
+    let mut platform = non_empty(host.platform.clone());
+    let mut group_id = non_empty(host.group_id.clone());
+    if platform.is_none() || group_id.is_none() {
+        // Best effort: a host that knows nothing about the stream still gets its task created.
+        if let Ok(Some(info)) = engine.host.stream_info(&stream).await {
+            platform.get_or_insert(info.platform);
+            if group_id.is_none()
+                && let ChatTarget::Group { group_id: group } = info.target
+            {
+                group_id = Some(group);
+            }
+        }
+    }
+    Caller {
+        owner: Owner::planner(stream.clone()),
+        role: Role::Admin,
+        stream_id: stream,
+        platform: platform.unwrap_or_default(),
+        group_id,
+    }
+}
+
+/// Resolves `reference` among the tasks of the caller's stream only.
+pub(crate) async fn resolve_in_stream(
+    engine: &Engine,
+    caller: &Caller,
+    reference: &str,
+) -> Result<TaskRecord, EngineError> {
+    let reference = reference.trim();
+    match engine.resolve(caller, reference).await {
+        Ok(task) if task.stream_id == caller.stream_id => Ok(task),
+        Ok(_) => Err(EngineError::NotFound(reference.to_owned())),
+        Err(EngineError::Ambiguous { .. }) => {
+            // Ambiguous across all streams; another stream's tasks must neither make the
+            // reference ambiguous nor show their ids, so decide among this stream's alone.
+            let filter = TaskFilter {
+                stream_id: Some(caller.stream_id.clone()),
+                ..TaskFilter::default()
+            };
+            let wanted = reference.to_ascii_lowercase();
+            let mut matches: Vec<TaskRecord> = engine
+                .list(caller, filter)
+                .await?
+                .into_iter()
+                .filter(|task| {
+                    task.id.0.simple().to_string().starts_with(&wanted)
+                        || task.id.to_string().starts_with(&wanted)
+                        || task.title == reference
+                })
+                .collect();
+            match matches.len() {
+                0 => Err(EngineError::NotFound(reference.to_owned())),
+                1 => Ok(matches.remove(0)),
+                _ => Err(EngineError::Ambiguous {
+                    reference: reference.to_owned(),
+                    candidates: matches
+                        .iter()
+                        .map(|t| t.id.short())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }),
+            }
+        }
+        Err(error) => Err(error),
+    }
+}
+
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(chat: Option<&str>) -> HostContext {
+        HostContext {
+            chat_id: chat.map(Into::into),
+            ..HostContext::default()
+        }
+    }
+
+    #[test]
+    fn a_forged_stream_is_refused() {
+        let error = current_stream("b", &host(Some("a"))).err();
+        assert!(error.is_some_and(|e| e.0.contains("not the current conversation")));
+    }
+
+    #[test]
+    fn the_same_stream_or_no_host_context_passes() {
+        assert!(current_stream("a", &host(Some("a"))).is_ok());
+        assert!(current_stream("b", &host(None)).is_ok());
+        assert!(current_stream("b", &host(Some("  "))).is_ok());
+    }
+}

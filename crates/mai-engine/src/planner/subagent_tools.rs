@@ -1,0 +1,569 @@
+//! The seven `subagent_*` planner tools: background sub-agent management over the task manager
+//! facade, each confined to the current conversation's stream ([`super::isolation`]).
+//!
+//! Descriptions double as the keyword index of the host's tool search, so each says what the
+//! tool is for, when to use it and how it differs from its neighbours. Must not: read or change
+//! a task of another stream, or call the store directly (the facade's checks apply here too).
+
+use std::sync::{Arc, Weak};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use mai_core::ids::StreamId;
+use mai_core::role::Role;
+use mai_core::store::{HistoryEntry, TaskFilter};
+use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
+use mai_core::tool::{ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility};
+
+use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
+use crate::engine::Engine;
+use crate::manager::{Caller, CreateTask};
+
+const CREATE: &str = "Start a background sub-agent: an independent AI agent that works on a job \
+on its own (research, multi-step work, looking things up, a reminder or follow-up later) and \
+reports the result back to this conversation when done. It is not a to-do note: the agent acts. \
+Use for anything that needs more than a quick answer or must happen later (delay_seconds). \
+level \"instant\" only delivers a message/reminder, without an agent. Recurring jobs: \
+subagent_schedule. Existing sub-agents: subagent_list, subagent_status, subagent_modify.";
+const LIST: &str = "List the background sub-agents (tasks) of this conversation: short id, \
+status and title, newest first; optionally only one status (scheduled, pending, running, \
+waiting_input, paused, completed, failed, cancelled). Use it to find a task's id for \
+subagent_status, subagent_modify or subagent_delete, or to see which are waiting for the user.";
+const STATUS: &str = "Details of one background sub-agent of this conversation: status, intent, \
+schedule, the question it is waiting on, its final answer or error. Use when the user asks how a \
+task is going or what it found; for the step-by-step timeline use subagent_history.";
+const MODIFY: &str = "Give a background sub-agent a new instruction, or answer the question a \
+waiting one asked (status waiting_input): the text reaches the agent before its next step. Use \
+when the user adds requirements, corrects a running task or replies to a sub-agent's question. \
+To stop a task use subagent_delete.";
+const DELETE: &str = "Cancel a background sub-agent of this conversation: a running one stops at \
+its next step, a scheduled or recurring one never fires again. Use when the user no longer wants \
+it. Finished tasks cannot be cancelled; to change a task instead, use subagent_modify.";
+const HISTORY: &str = "The timeline of one background sub-agent of this conversation: its status \
+changes and the recent steps of its agent (tool calls, results, injected instructions). Use to \
+explain what a task did or why it failed; for a short summary use subagent_status.";
+const SCHEDULE: &str = "Schedule a recurring background sub-agent with a cron expression (5 \
+fields: minute hour day month weekday, e.g. \"0 9 * * 1-5\" = weekdays at 09:00): an \
+independent agent runs the intent at every fire time and reports to this conversation. Use for \
+daily, weekly or periodic jobs and recurring reminders; for a one-off run (now or after a delay) \
+use subagent_create.";
+
+/// How many history entries `subagent_history` returns (the latest).
+const HISTORY_ENTRIES: usize = 30;
+/// How many characters of each history entry `subagent_history` shows.
+const ENTRY_PREVIEW_CHARS: usize = 300;
+/// How many tasks `subagent_list` returns.
+const LIST_LIMIT: u32 = 50;
+
+/// The seven tools, in spec order (create, list, status, modify, delete, history, schedule).
+pub(super) fn subagent_tools(
+    engine: Weak<Engine>,
+) -> Result<Vec<ToolDefinition>, ToolDefinitionError> {
+    let facade = Facade(engine);
+    let tool = |name: &str, description: &str| (name.to_owned(), description.to_owned());
+    let defs = [
+        tool("subagent_create", CREATE),
+        tool("subagent_list", LIST),
+        tool("subagent_status", STATUS),
+        tool("subagent_modify", MODIFY),
+        tool("subagent_delete", DELETE),
+        tool("subagent_history", HISTORY),
+        tool("subagent_schedule", SCHEDULE),
+    ];
+    let [create, list, status, modify, delete, history, schedule] = defs;
+    Ok(vec![
+        typed(create, Create(facade.clone()))?,
+        typed(list, List(facade.clone()))?,
+        typed(status, Status(facade.clone()))?,
+        typed(modify, Modify(facade.clone()))?,
+        typed(delete, Delete(facade.clone()))?,
+        typed(history, History(facade.clone()))?,
+        typed(schedule, Schedule(facade))?,
+    ])
+}
+
+fn typed<T: TypedTool>(
+    (name, description): (String, String),
+    tool: T,
+) -> Result<ToolDefinition, ToolDefinitionError> {
+    // The planner runs as admin; the registry's role gate is not what protects these tools.
+    ToolDefinition::typed(
+        name,
+        description,
+        Visibility::Discoverable,
+        Role::Admin,
+        tool,
+    )
+}
+
+/// The host-injected keys, accepted on every call and absent from every schema.
+#[derive(Debug, Default, Deserialize)]
+struct Injected {
+    #[serde(default)]
+    chat_id: Option<String>,
+    #[serde(default)]
+    platform: Option<String>,
+    #[serde(default)]
+    group_id: Option<String>,
+}
+
+impl From<Injected> for HostContext {
+    fn from(injected: Injected) -> Self {
+        HostContext {
+            chat_id: injected.chat_id,
+            platform: injected.platform,
+            group_id: injected.group_id,
+        }
+    }
+}
+
+/// The engine, reached weakly (the engine owns whoever holds the planner registry's tools).
+#[derive(Clone)]
+struct Facade(Weak<Engine>);
+
+impl Facade {
+    /// The engine and the planner caller of the call's stream, after the isolation check.
+    async fn enter(
+        &self,
+        stream_id: &str,
+        injected: Injected,
+    ) -> Result<(Arc<Engine>, Caller), ToolError> {
+        let engine = self
+            .0
+            .upgrade()
+            .ok_or_else(|| ToolError::new("the engine is stopping; try again after the restart"))?;
+        let host = HostContext::from(injected);
+        let stream = current_stream(stream_id, &host)?;
+        let caller = planner_caller(&engine, stream, &host).await;
+        Ok((engine, caller))
+    }
+
+    /// As [`Facade::enter`], plus the referenced task of that stream.
+    async fn task(
+        &self,
+        stream_id: &str,
+        task_id: &str,
+        injected: Injected,
+    ) -> Result<(Arc<Engine>, Caller, TaskRecord), ToolError> {
+        let (engine, caller) = self.enter(stream_id, injected).await?;
+        let task = resolve_in_stream(&engine, &caller, task_id)
+            .await
+            .map_err(failed)?;
+        Ok((engine, caller, task))
+    }
+}
+
+fn failed(error: impl std::fmt::Display) -> ToolError {
+    ToolError::new(error)
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Level {
+    Instant,
+    Agent,
+}
+
+fn level_of(level: Option<Level>) -> TaskLevel {
+    match level {
+        Some(Level::Instant) => TaskLevel::Instant,
+        Some(Level::Agent) | None => TaskLevel::Agent,
+    }
+}
+
+// No doc comments on the args structs (they would become the schema's description) and no
+// `deny_unknown_fields` (hosts add context keys such as `chat_id`).
+#[derive(Debug, Deserialize, JsonSchema)]
+struct CreateArgs {
+    /// What the sub-agent should do, self-contained (it does not see this conversation).
+    intent: String,
+    /// The current conversation's stream id.
+    stream_id: String,
+    /// agent (default): an autonomous agent; instant: just deliver the intent as a message.
+    level: Option<Level>,
+    /// Start after this many seconds instead of now.
+    delay_seconds: Option<u64>,
+    /// Recurring schedule (5-field cron); prefer subagent_schedule.
+    cron_expr: Option<String>,
+    /// Higher runs first when many are queued (default 0).
+    priority: Option<i32>,
+    /// Deliver the result to this other stream instead of the current one.
+    reply_stream_id: Option<String>,
+    #[schemars(skip)]
+    #[serde(flatten)]
+    injected: Injected,
+}
+
+struct Create(Facade);
+
+impl TypedTool for Create {
+    type Args = CreateArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: CreateArgs,
+    ) -> Result<Value, ToolError> {
+        let cron = non_empty(args.cron_expr);
+        let trigger = match (args.delay_seconds, cron) {
+            (Some(_), Some(_)) => {
+                return Err(ToolError::new(
+                    "give delay_seconds or cron_expr, not both: a delay runs once, a cron \
+                     expression repeats",
+                ));
+            }
+            (Some(0) | None, None) => Trigger::Now,
+            (Some(seconds), None) => Trigger::Delay { seconds },
+            (None, Some(expr)) => Trigger::Cron { expr },
+        };
+        create(
+            &self.0,
+            &args.stream_id,
+            args.injected,
+            CreateTask {
+                level: level_of(args.level),
+                trigger,
+                priority: args.priority.unwrap_or(0),
+                reply_stream_id: reply_stream(args.reply_stream_id)?,
+                ..CreateTask::agent(args.intent)
+            },
+        )
+        .await
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ScheduleArgs {
+    /// What the sub-agent should do at each run, self-contained.
+    intent: String,
+    /// The current conversation's stream id.
+    stream_id: String,
+    /// 5 fields: minute hour day month weekday, e.g. "0 18 * * *" (daily at 18:00).
+    cron_expr: String,
+    /// agent (default) or instant (just deliver the intent as a message, e.g. a reminder).
+    level: Option<Level>,
+    #[schemars(skip)]
+    #[serde(flatten)]
+    injected: Injected,
+}
+
+struct Schedule(Facade);
+
+impl TypedTool for Schedule {
+    type Args = ScheduleArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: ScheduleArgs,
+    ) -> Result<Value, ToolError> {
+        let Some(expr) = non_empty(Some(args.cron_expr)) else {
+            return Err(ToolError::new(
+                "cron_expr is empty; give 5 fields: minute hour day month weekday, e.g. `0 18 * * *`",
+            ));
+        };
+        create(
+            &self.0,
+            &args.stream_id,
+            args.injected,
+            CreateTask {
+                level: level_of(args.level),
+                trigger: Trigger::Cron { expr },
+                ..CreateTask::agent(args.intent)
+            },
+        )
+        .await
+    }
+}
+
+async fn create(
+    facade: &Facade,
+    stream_id: &str,
+    injected: Injected,
+    request: CreateTask,
+) -> Result<Value, ToolError> {
+    let (engine, caller) = facade.enter(stream_id, injected).await?;
+    let task = engine.create(&caller, request).await.map_err(failed)?;
+    let mut result = summary(&task);
+    if let Some(object) = result.as_object_mut() {
+        object.insert("success".into(), true.into());
+        if let Some(at) = task.scheduled_at {
+            object.insert("scheduled_at".into(), at.to_rfc3339().into());
+        }
+    }
+    Ok(result)
+}
+
+fn reply_stream(value: Option<String>) -> Result<Option<StreamId>, ToolError> {
+    non_empty(value)
+        .map(StreamId::new)
+        .transpose()
+        .map_err(|e| ToolError::new(format!("reply_stream_id: {e}")))
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ListArgs {
+    /// The current conversation's stream id.
+    stream_id: String,
+    /// Only tasks in this status: scheduled, pending, running, waiting_input, paused, completed,
+    /// failed or cancelled.
+    status: Option<String>,
+    #[schemars(skip)]
+    #[serde(flatten)]
+    injected: Injected,
+}
+
+struct List(Facade);
+
+impl TypedTool for List {
+    type Args = ListArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: ListArgs,
+    ) -> Result<Value, ToolError> {
+        let statuses = match non_empty(args.status) {
+            Some(status) => vec![
+                status
+                    .to_ascii_lowercase()
+                    .parse::<TaskStatus>()
+                    .map_err(failed)?,
+            ],
+            None => Vec::new(),
+        };
+        let (engine, caller) = self.0.enter(&args.stream_id, args.injected).await?;
+        let filter = TaskFilter {
+            stream_id: Some(caller.stream_id.clone()),
+            statuses,
+            limit: Some(LIST_LIMIT),
+            ..TaskFilter::default()
+        };
+        let tasks = engine.list(&caller, filter).await.map_err(failed)?;
+        let tasks: Vec<Value> = tasks.iter().map(summary).collect();
+        Ok(json!({"success": true, "count": tasks.len(), "tasks": tasks}))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct TaskArgs {
+    /// The task's 8-character short id (from subagent_list) or full id.
+    task_id: String,
+    /// The current conversation's stream id.
+    stream_id: String,
+    #[schemars(skip)]
+    #[serde(flatten)]
+    injected: Injected,
+}
+
+struct Status(Facade);
+
+impl TypedTool for Status {
+    type Args = TaskArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: TaskArgs,
+    ) -> Result<Value, ToolError> {
+        let (_, _, task) = self
+            .0
+            .task(&args.stream_id, &args.task_id, args.injected)
+            .await?;
+        let mut result = summary(&task);
+        if let Some(object) = result.as_object_mut() {
+            object.insert("success".into(), true.into());
+            object.insert("intent".into(), task.intent.clone().into());
+            object.insert("created_at".into(), task.created_at.to_rfc3339().into());
+            object.insert("trigger".into(), json!(task.trigger));
+            let optional = [
+                ("scheduled_at", task.scheduled_at.map(|at| at.to_rfc3339())),
+                (
+                    "waiting_question",
+                    task.metadata.waiting.as_ref().map(|w| w.question.clone()),
+                ),
+                ("answer", task.metadata.answer.clone()),
+                ("error", task.metadata.error.clone()),
+                (
+                    "reply_stream_id",
+                    task.reply_stream_id.as_ref().map(|s| s.to_string()),
+                ),
+            ];
+            for (key, value) in optional {
+                if let Some(value) = value {
+                    object.insert(key.into(), value.into());
+                }
+            }
+            object.insert("rounds".into(), task.metadata.rounds.into());
+        }
+        Ok(result)
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ModifyArgs {
+    /// The task's 8-character short id (from subagent_list) or full id.
+    task_id: String,
+    /// The new instruction, or the answer to the task's question.
+    inject_instruction: String,
+    /// The current conversation's stream id.
+    stream_id: String,
+    #[schemars(skip)]
+    #[serde(flatten)]
+    injected: Injected,
+}
+
+struct Modify(Facade);
+
+impl TypedTool for Modify {
+    type Args = ModifyArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: ModifyArgs,
+    ) -> Result<Value, ToolError> {
+        let (engine, caller, task) = self
+            .0
+            .task(&args.stream_id, &args.task_id, args.injected)
+            .await?;
+        // The facade answers a waiting task and queues an instruction for a running one.
+        let task = engine
+            .inject(&caller, &task.id.to_string(), &args.inject_instruction)
+            .await
+            .map_err(failed)?;
+        let applied = if task.status == TaskStatus::WaitingInput {
+            "answered its question; it continues now"
+        } else {
+            "instruction added; applied before its next step"
+        };
+        Ok(json!({
+            "success": true,
+            "task_id": task.id.short(),
+            "title": task.title,
+            "result": applied,
+        }))
+    }
+}
+
+struct Delete(Facade);
+
+impl TypedTool for Delete {
+    type Args = TaskArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: TaskArgs,
+    ) -> Result<Value, ToolError> {
+        let (engine, caller, task) = self
+            .0
+            .task(&args.stream_id, &args.task_id, args.injected)
+            .await?;
+        let task = engine
+            .cancel(&caller, &task.id.to_string())
+            .await
+            .map_err(failed)?;
+        let result = if task.status == TaskStatus::Running {
+            "stopping at its next step"
+        } else {
+            "cancelled"
+        };
+        Ok(json!({
+            "success": true,
+            "task_id": task.id.short(),
+            "title": task.title,
+            "result": result,
+        }))
+    }
+}
+
+struct History(Facade);
+
+impl TypedTool for History {
+    type Args = TaskArgs;
+
+    async fn call(
+        &self,
+        _ctx: &mai_core::tool::ToolContext,
+        args: TaskArgs,
+    ) -> Result<Value, ToolError> {
+        let (engine, caller, task) = self
+            .0
+            .task(&args.stream_id, &args.task_id, args.injected)
+            .await?;
+        let history = engine
+            .history(&caller, &task.id.to_string())
+            .await
+            .map_err(failed)?;
+        let status_log: Vec<Value> = history
+            .status_log
+            .iter()
+            .map(|change| {
+                json!({
+                    "at": change.at.to_rfc3339(),
+                    "status": change.status.as_str(),
+                    "by": change.actor,
+                    "reason": change.reason,
+                })
+            })
+            .collect();
+        let skipped = history.entries.len().saturating_sub(HISTORY_ENTRIES);
+        let steps: Vec<Value> = history.entries[skipped..].iter().map(step).collect();
+        Ok(json!({
+            "success": true,
+            "task_id": task.id.short(),
+            "title": task.title,
+            "status": task.status.as_str(),
+            "status_log": status_log,
+            "steps": steps,
+            "earlier_steps_omitted": skipped,
+        }))
+    }
+}
+
+/// One history entry, shortened for the planner's context.
+fn step(entry: &HistoryEntry) -> Value {
+    let payload = &entry.payload;
+    let text = match payload.get("content").and_then(Value::as_str) {
+        Some(content) if !content.is_empty() => content.to_owned(),
+        _ => match payload.get("tool_calls").and_then(Value::as_array) {
+            Some(calls) => calls
+                .iter()
+                .filter_map(|call| {
+                    let function = call.get("function").unwrap_or(call);
+                    function.get("name").and_then(Value::as_str)
+                })
+                .map(|name| format!("calls {name}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => payload.to_string(),
+        },
+    };
+    json!({
+        "round": entry.round,
+        "kind": entry.kind.as_str(),
+        "role": payload.get("role").cloned().unwrap_or(Value::Null),
+        "text": crate::truncate::head_tail(&text, ENTRY_PREVIEW_CHARS),
+    })
+}
+
+/// The one-line view of a task every tool shares.
+fn summary(task: &TaskRecord) -> Value {
+    json!({
+        "task_id": task.id.short(),
+        "id": task.id.to_string(),
+        "title": task.title,
+        "status": task.status.as_str(),
+        "level": match task.level {
+            TaskLevel::Instant => "instant",
+            TaskLevel::Agent => "agent",
+        },
+    })
+}
+
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
