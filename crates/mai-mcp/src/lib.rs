@@ -5,11 +5,13 @@
 //!   with backoff, follows `tools/list_changed`, and calls tools with a per-call timeout.
 //! - [`naming`]: `mcp_{server}_{tool}` names and their exact reverse map.
 //! - [`apply_to_registry`]: puts the manager's tools into a `ToolRegistry` in one atomic swap.
+//! - [`fetch`]: the native `fetch` tool behind an SSRF guard.
 //!
 //! This crate does not speak JSON-RPC itself: everything on the wire is rmcp's.
 
 mod connection;
 mod error;
+pub mod fetch;
 mod manager;
 pub mod naming;
 mod result;
