@@ -3,6 +3,7 @@
 
 mod agent_loop;
 pub mod builtin_tools;
+pub mod commands;
 mod conversation;
 pub mod engine;
 pub mod error;
