@@ -14,6 +14,8 @@ pub enum McpError {
     ListTools(String),
     #[error("no answer to initialize within {secs}s (startup_timeout_secs)")]
     StartupTimeout { secs: u64 },
+    #[error("no MCP tool is named `{0}`; list the MCP tools for the exact names")]
+    UnknownTool(String),
     #[error("MCP server `{0}` is not connected")]
     NotConnected(String),
     #[error(

@@ -282,6 +282,29 @@ impl McpManager {
         tools
     }
 
+    /// Exactly which (server, raw tool name) the model-facing `name` stands for right now, from
+    /// the same naming as [`Self::tools`]; `None` for anything else (never a prefix match). For
+    /// the planner's `call_mcp_tool`, which receives names, not handlers.
+    pub fn resolve(&self, name: &str) -> Option<(String, String)> {
+        self.tools()
+            .into_iter()
+            .find(|t| t.name == name)
+            .map(|t| (t.server, t.raw_name))
+    }
+
+    /// Calls the tool the model knows as `name` (see [`Self::resolve`]).
+    pub async fn call_by_name(
+        &self,
+        name: &str,
+        args: Value,
+        cancel: &CancellationToken,
+    ) -> Result<Value, McpError> {
+        let (server, raw_name) = self
+            .resolve(name)
+            .ok_or_else(|| McpError::UnknownTool(name.to_owned()))?;
+        self.call(&server, &raw_name, args, cancel).await
+    }
+
     /// Calls `server`'s tool `raw_name` and shapes the result for the model. Bounded by the
     /// server's `call_timeout_secs` and by `cancel`; either way rmcp sends
     /// `notifications/cancelled` for the abandoned request.

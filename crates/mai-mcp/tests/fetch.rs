@@ -240,3 +240,42 @@ async fn redirects_are_capped_and_schemes_limited() {
         assert!(matches!(error, FetchError::Scheme(_)), "{url}: {error}");
     }
 }
+
+#[tokio::test]
+async fn the_fetch_tool_is_user_level_and_refusals_reach_the_model_as_results() {
+    use mai_core::config::Config;
+    use mai_core::ids::StreamId;
+    use mai_core::role::Role;
+    use mai_core::task::TaskId;
+    use mai_core::tool::{FixedRole, OutcomeKind, ToolContext, ToolRegistry};
+
+    let (fetcher, _) = fetcher(answers(&[]), false);
+    let registry = ToolRegistry::new();
+    registry.register(mai_mcp::fetch::fetch_tool(fetcher).unwrap());
+    let ctx = |role| {
+        ToolContext::new(
+            TaskId::new(),
+            "qq:1".parse().unwrap(),
+            StreamId::new("s1").unwrap(),
+            "qq",
+            Arc::new(FixedRole(role)),
+            tokio_util::sync::CancellationToken::new(),
+            Arc::new(Config::default()),
+        )
+    };
+    let args = serde_json::json!({"url": "http://127.0.0.1/"});
+    let guest = registry
+        .execute("fetch", Role::Guest, args.clone(), &ctx(Role::Guest))
+        .await;
+    assert_eq!(guest.kind, OutcomeKind::PermissionDenied);
+    let user = registry
+        .execute("fetch", Role::User, args, &ctx(Role::User))
+        .await;
+    assert_eq!(user.kind, OutcomeKind::Failed);
+    assert_eq!(user.value["success"], false);
+    assert!(
+        user.value["error"].as_str().unwrap().contains("refused"),
+        "{}",
+        user.value
+    );
+}

@@ -693,3 +693,76 @@ async fn everything_over_streamable_http() {
     manager.shutdown();
     let _ = server.kill().await;
 }
+
+/// A server that records whether its slow call was cancelled (by `notifications/cancelled`).
+const CANCEL_SERVER: &str = r#"
+import anyio
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+cancelled = anyio.Event()
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name=n, description=n, input_schema={"type": "object"}) for n in ("slow", "was_cancelled")])
+
+async def call_tool(ctx, params):
+    if params.name == "slow":
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+        return types.CallToolResult(content=[types.TextContent(type="text", text="finished")])
+    with anyio.move_on_after(10):
+        await cancelled.wait()
+    return types.CallToolResult(content=[types.TextContent(type="text", text=str(cancelled.is_set()))])
+
+server = Server("cancel", version="0.1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+async def main():
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options())
+
+anyio.run(main)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_sends_notifications_cancelled() {
+    let dir = peers_or_skip!();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = scratch.path().join("cancel.py");
+    std::fs::write(&script, CANCEL_SERVER).unwrap();
+    let python = dir.join("venv/bin/python");
+    let mut config = stdio("c", python.to_string_lossy(), &[&script.to_string_lossy()]);
+    config.call_timeout_secs = 1;
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&[config]).await;
+    assert_eq!(
+        state_of(&manager, "c"),
+        Some(ServerState::Ready),
+        "{:?}",
+        manager.status()
+    );
+    let error = manager
+        .call_by_name("mcp_c_slow", json!({}), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("call_timeout_secs"), "{error}");
+    let seen = manager
+        .call_by_name("mcp_c_was_cancelled", json!({}), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        seen["text"], "True",
+        "the server saw the cancellation: {seen}"
+    );
+    assert!(
+        manager
+            .call_by_name("mcp_c", json!({}), &CancellationToken::new())
+            .await
+            .is_err(),
+        "no prefix matching"
+    );
+    manager.shutdown();
+}
