@@ -402,7 +402,7 @@ async fn concurrent_calls_to_one_server_are_not_serialized() {
     let manager = McpManager::new(ManagerOptions::default());
     manager.start(&[everything(&dir, "ev")]).await;
     assert_eq!(state_of(&manager, "ev"), Some(ServerState::Ready));
-    // A 3 s operation and an echo at once: the echo must come back while the long one runs.
+    // A 6 s operation and an echo at once: the echo must come back while the long one runs.
     let long = {
         let manager = manager.clone();
         tokio::spawn(async move {
@@ -410,7 +410,7 @@ async fn concurrent_calls_to_one_server_are_not_serialized() {
                 .call(
                     "ev",
                     "trigger-long-running-operation",
-                    json!({"duration": 3, "steps": 3}),
+                    json!({"duration": 6, "steps": 3}),
                     &CancellationToken::new(),
                 )
                 .await
