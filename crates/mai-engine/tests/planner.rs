@@ -690,3 +690,34 @@ async fn mcp_proxy_tools_list_and_call_through_the_manager() {
     .await;
     assert!(error_of(&failed).contains("unknown tool nope"));
 }
+
+#[tokio::test]
+async fn a_reference_ambiguous_across_streams_resolves_within_the_current_one() {
+    let (harness, registry) = planner(None).await;
+    let create = |stream: &str| json!({"intent": "later", "stream_id": stream, "chat_id": stream, "delay_seconds": 3600});
+    // Both get the model's title, so the title alone matches two tasks.
+    let a = id_of(&call(&harness, &registry, "subagent_create", create("grp-a")).await);
+    let b = id_of(&call(&harness, &registry, "subagent_create", create("grp-b")).await);
+    let title = record(&harness.engine, a).await.title;
+    assert_eq!(record(&harness.engine, b).await.title, title);
+    assert!(matches!(
+        harness
+            .engine
+            .resolve(&caller("admin", Role::Admin, "s"), &title)
+            .await,
+        Err(mai_engine::error::EngineError::Ambiguous { .. })
+    ));
+    let status = call(
+        &harness,
+        &registry,
+        "subagent_status",
+        json!({"task_id": title, "stream_id": "grp-a", "chat_id": "grp-a"}),
+    )
+    .await;
+    assert!(status.is_ok(), "{:?}", status.value);
+    assert_eq!(status.value["id"], a.to_string().as_str());
+    assert!(
+        !status.value.to_string().contains(&b.short()),
+        "another stream's id must not show"
+    );
+}
