@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::lazy;
 use mai_core::capabilities::McpProxy;
 use mai_core::role::Role;
 use mai_core::tool::{
@@ -37,14 +38,17 @@ pub(super) fn mcp_tools(
             LIST,
             Visibility::Discoverable,
             Role::Admin,
-            ListMcpTools(mcp.clone()),
+            {
+                let mcp = mcp.clone();
+                lazy(move || ListMcpTools(mcp.clone()))
+            },
         )?,
         ToolDefinition::typed(
             "call_mcp_tool",
             CALL,
             Visibility::Discoverable,
             Role::Admin,
-            CallMcpTool(mcp),
+            lazy(move || CallMcpTool(mcp.clone())),
         )?,
     ])
 }

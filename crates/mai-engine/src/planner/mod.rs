@@ -15,7 +15,7 @@ mod mcp_tools;
 mod shared_tools;
 mod subagent_tools;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -25,8 +25,8 @@ use mai_core::ids::{Owner, StreamId};
 use mai_core::role::Role;
 use mai_core::task::TaskId;
 use mai_core::tool::{
-    FixedRole, OutcomeKind, ToolContext, ToolDefinition, ToolDefinitionError, ToolOutcome,
-    ToolRegistry,
+    FixedRole, OutcomeKind, ToolContext, ToolDefinition, ToolDefinitionError, ToolError,
+    ToolOutcome, ToolRegistry, TypedTool,
 };
 
 use crate::engine::Engine;
@@ -133,4 +133,35 @@ pub(crate) fn planner_context(
         cancel,
         engine.config.config(),
     )
+}
+
+/// A planner handler built on its first call (SYSTEM.md §7: handlers are built lazily): a host
+/// that never uses a tool never pays for it, and nothing a handler needs has to exist when the
+/// registry is built. The schema comes from `T::Args`, so it is known up front.
+pub(crate) struct Lazy<T, F> {
+    cell: OnceLock<T>,
+    build: F,
+}
+
+pub(crate) fn lazy<T, F>(build: F) -> Lazy<T, F>
+where
+    T: TypedTool + Sync,
+    F: Fn() -> T + Send + Sync + 'static,
+{
+    Lazy {
+        cell: OnceLock::new(),
+        build,
+    }
+}
+
+impl<T, F> TypedTool for Lazy<T, F>
+where
+    T: TypedTool + Sync,
+    F: Fn() -> T + Send + Sync + 'static,
+{
+    type Args = T::Args;
+
+    async fn call(&self, ctx: &ToolContext, args: T::Args) -> Result<Value, ToolError> {
+        self.cell.get_or_init(&self.build).call(ctx, args).await
+    }
 }

@@ -21,7 +21,7 @@ use mai_core::tool::{
 };
 
 use super::isolation::{HostContext, planner_caller};
-use super::planner_context;
+use super::{lazy, planner_context};
 use crate::engine::Engine;
 use crate::tool_capabilities::EngineCapabilities;
 
@@ -119,7 +119,7 @@ pub(super) fn search_users(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDe
         SEARCH_USERS,
         Visibility::Discoverable,
         Role::Admin,
-        SearchUsers(shared),
+        lazy(move || SearchUsers(shared.clone())),
     )
 }
 
@@ -129,7 +129,7 @@ pub(super) fn send_message(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDe
         SEND_MESSAGE,
         Visibility::Discoverable,
         Role::Admin,
-        SendMessage(shared),
+        lazy(move || SendMessage(shared.clone())),
     )
 }
 

@@ -18,6 +18,7 @@ use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_core::tool::{ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility};
 
 use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
+use super::lazy;
 use crate::engine::Engine;
 use crate::manager::{Caller, CreateTask};
 
@@ -74,13 +75,31 @@ pub(super) fn subagent_tools(
     ];
     let [create, list, status, modify, delete, history, schedule] = defs;
     Ok(vec![
-        typed(create, Create(facade.clone()))?,
-        typed(list, List(facade.clone()))?,
-        typed(status, Status(facade.clone()))?,
-        typed(modify, Modify(facade.clone()))?,
-        typed(delete, Delete(facade.clone()))?,
-        typed(history, History(facade.clone()))?,
-        typed(schedule, Schedule(facade))?,
+        typed(create, {
+            let facade = facade.clone();
+            lazy(move || Create(facade.clone()))
+        })?,
+        typed(list, {
+            let facade = facade.clone();
+            lazy(move || List(facade.clone()))
+        })?,
+        typed(status, {
+            let facade = facade.clone();
+            lazy(move || Status(facade.clone()))
+        })?,
+        typed(modify, {
+            let facade = facade.clone();
+            lazy(move || Modify(facade.clone()))
+        })?,
+        typed(delete, {
+            let facade = facade.clone();
+            lazy(move || Delete(facade.clone()))
+        })?,
+        typed(history, {
+            let facade = facade.clone();
+            lazy(move || History(facade.clone()))
+        })?,
+        typed(schedule, lazy(move || Schedule(facade.clone())))?,
     ])
 }
 
