@@ -13,6 +13,8 @@ use mai_engine::engine::{Engine, EngineDeps};
 use mai_engine::prompts::Prompts;
 use mai_host::{EmbeddedConfig, EmbeddedHost};
 use mai_llm::{OpenAiClient, ReplayModel};
+use mai_mcp::fetch::{FetchOptions, Fetcher, SystemResolver, fetch_tool};
+use mai_mcp::{ManagerOptions, McpManager, apply_to_registry};
 use mai_store::SqliteStore;
 
 use crate::settings::Settings;
@@ -29,6 +31,8 @@ pub enum ModelChoice<'a> {
 pub struct App {
     pub engine: Arc<Engine>,
     pub host: Arc<EmbeddedHost>,
+    /// The MCP client manager, when `[mcp] enabled` and servers are configured.
+    pub mcp: Option<McpManager>,
 }
 
 /// Builds the engine (not started) over the database in the data directory; the tasks and the
@@ -78,5 +82,42 @@ pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
         files_root: Some(settings.data_dir.join("files")),
     })
     .await?;
-    Ok(App { engine, host })
+    let mcp = connect_mcp(settings, &engine).await?;
+    Ok(App { engine, host, mcp })
+}
+
+/// Starts the configured MCP servers (concurrently, each within its budget; a failing one is
+/// reported, never fatal), puts their tools into the registry, keeps them in sync with the
+/// servers' tool lists, and adds the native `fetch` tool when `[mcp] fetch_enabled`.
+async fn connect_mcp(settings: &Settings, engine: &Arc<Engine>) -> Result<Option<McpManager>> {
+    let mcp = &settings.config.mcp;
+    if mcp.enabled && mcp.fetch_enabled {
+        let options = FetchOptions {
+            block_internal: mcp.fetch_block_internal,
+            ..FetchOptions::default()
+        };
+        let fetch = fetch_tool(Fetcher::new(options, Arc::new(SystemResolver)))
+            .context("cannot set up the fetch tool")?;
+        engine.registry().register(fetch);
+    }
+    if !mcp.enabled || mcp.servers.is_empty() {
+        return Ok(None);
+    }
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&mcp.servers).await;
+    for status in manager.status() {
+        if let Some(error) = &status.last_error {
+            tracing::warn!(server = %status.name, state = ?status.state, %error, "MCP server not ready");
+        }
+    }
+    apply_to_registry(&manager, engine.registry());
+    // A server's tool list changed (restart, list_changed): swap the registry's MCP tools.
+    let mut changes = manager.subscribe();
+    let (watcher, registry) = (manager.clone(), Arc::clone(engine.registry()));
+    tokio::spawn(async move {
+        while changes.changed().await.is_ok() {
+            apply_to_registry(&watcher, &registry);
+        }
+    });
+    Ok(Some(manager))
 }

@@ -32,7 +32,9 @@ pub enum RunWhat {
 
 /// Runs the task to its end; returns whether it completed.
 pub async fn run(app: App, args: RunArgs) -> Result<bool> {
-    let App { engine, host } = app;
+    let App { engine, host, mcp } = app;
+    // MCP servers are child processes: stop them however this command ends.
+    let _mcp_guard = McpShutdown(mcp);
     let owner = Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?;
     // The console chat the task lives in (a private chat of the person at the terminal).
     let stream = host
@@ -127,6 +129,17 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
     }
     engine.stop().await;
     finish(&args, &engine.get(&caller, task.id).await?)
+}
+
+/// Stops the MCP servers when dropped.
+struct McpShutdown(Option<mai_mcp::McpManager>);
+
+impl Drop for McpShutdown {
+    fn drop(&mut self) {
+        if let Some(manager) = &self.0 {
+            manager.shutdown();
+        }
+    }
 }
 
 /// Prints how the task ended; returns whether it completed.

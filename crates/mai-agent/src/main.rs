@@ -135,6 +135,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Tools { role, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
             cmd_tools::print(&app.engine, role, json)?;
+            if let Some(mcp) = &app.mcp {
+                for server in mcp.status() {
+                    let error = server.last_error.as_deref().unwrap_or("");
+                    eprintln!(
+                        "(MCP server {}: {:?}, {} tools) {error}",
+                        server.name, server.state, server.tool_count
+                    );
+                }
+                mcp.shutdown();
+            }
             if !json {
                 match &settings.config_path {
                     Some(path) => eprintln!("(config: {})", path.display()),

@@ -307,7 +307,22 @@ impl Engine {
     /// Recovery on start-up (SYSTEM.md §6.4).
     async fn recover(&self) -> Result<(), EngineError> {
         let now = self.now();
-        for mut task in self.store.list_active().await? {
+        for task in self.store.list_active().await? {
+            let id = task.id;
+            // One unreadable task must not keep the service from starting.
+            if let Err(error) = self.recover_one(task, now).await {
+                tracing::error!(task = %id, %error, "could not recover a task; it is left as it is");
+            }
+        }
+        Ok(())
+    }
+
+    async fn recover_one(
+        &self,
+        mut task: TaskRecord,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        {
             match task.status {
                 TaskStatus::Scheduled => {
                     self.schedule_timers
@@ -401,7 +416,10 @@ impl Engine {
         }
         .await;
         if let Err(error) = result {
-            tracing::error!(task = %id, %error, "could not start a due task; it stays scheduled until the next start");
+            // Try again shortly rather than leave it scheduled with no timer.
+            tracing::error!(task = %id, %error, "could not start a due task; retrying in 5 s");
+            self.schedule_timers
+                .arm(id, self.now() + chrono::Duration::seconds(5));
         }
     }
 

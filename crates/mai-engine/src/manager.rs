@@ -117,9 +117,16 @@ impl Engine {
         let (status, scheduled_at) = match &request.trigger {
             Trigger::Now => (TaskStatus::Pending, None),
             Trigger::Delay { seconds } => {
-                let delay =
-                    chrono::Duration::seconds(i64::try_from(*seconds).unwrap_or(i64::MAX / 1000));
-                (TaskStatus::Scheduled, Some(now + delay))
+                let due = i64::try_from(*seconds)
+                    .ok()
+                    .and_then(chrono::Duration::try_seconds)
+                    .and_then(|delay| now.checked_add_signed(delay))
+                    .ok_or_else(|| {
+                        EngineError::Invalid(format!(
+                            "a delay of {seconds} seconds is too far in the future"
+                        ))
+                    })?;
+                (TaskStatus::Scheduled, Some(due))
             }
             Trigger::Cron { expr } => {
                 let next = next_fire(expr, now).map_err(|detail| EngineError::InvalidCron {

@@ -55,6 +55,10 @@ impl Engine {
         // Register the control before claiming, so a cancel that sees `running` finds it.
         let control = RunControl::default();
         lock(&self.running).insert(id, control.clone());
+        // A stop that collected the controls just before this one was added must still win.
+        if self.shutdown.is_cancelled() {
+            return Ok(());
+        }
         let reason = if from == TaskStatus::WaitingInput {
             "resumed with the answer"
         } else {
@@ -71,7 +75,7 @@ impl Engine {
         let end = self.run_with_deadline(&mut task, &control).await;
         let spent = (self.now() - started).num_seconds().max(0) as u64;
         task.metadata.runtime_secs += spent;
-        self.finish_run(task, end).await
+        self.finish_run(task, end, control.reason()).await
     }
 
     /// Runs the task's work, asking it to stop once `max_runtime_min` (running time only) is
@@ -109,31 +113,33 @@ impl Engine {
         }
     }
 
-    /// Persists how a run ended.
-    async fn finish_run(&self, mut task: TaskRecord, end: RunEnd) -> Result<(), EngineError> {
+    /// Persists how a run ended. `stop` is a stop requested during the run, which may have
+    /// arrived after the loop's last check (e.g. while a question was being set up).
+    async fn finish_run(
+        &self,
+        mut task: TaskRecord,
+        end: RunEnd,
+        stop: Option<StopReason>,
+    ) -> Result<(), EngineError> {
         let now = self.now();
         match end {
-            RunEnd::Waiting => Ok(()),
+            RunEnd::Waiting => self.apply_stop_to_waiting(task.id, stop).await,
             RunEnd::Answer(text) => {
+                let reply = reply_task_id(&task);
                 self.create_reply(&task, &text, false).await?;
                 task.metadata.answer = Some(text.clone());
-                task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
                 self.emit(TaskEvent::Answer {
                     task_id: task.id,
                     text,
                 });
-                if self.save_status(&task, TaskStatus::Running).await? {
-                    self.rearm_cron(task).await?;
+                if !self.complete(task, "answered").await? {
+                    // Changed by someone else meanwhile (another process cancelled it): the
+                    // reply must not go out.
+                    self.cancel_reply(reply).await;
                 }
                 Ok(())
             }
-            RunEnd::Delivered => {
-                task.transition(TaskStatus::Completed, ACTOR, "delivered", now)?;
-                if self.save_status(&task, TaskStatus::Running).await? {
-                    self.rearm_cron(task).await?;
-                }
-                Ok(())
-            }
+            RunEnd::Delivered => self.complete(task, "delivered").await.map(drop),
             RunEnd::Failed(error) => self.fail(task, &error).await,
             RunEnd::Stopped(StopReason::Timeout { minutes }) => {
                 self.fail(
@@ -234,41 +240,125 @@ impl Engine {
         }
     }
 
-    /// A completed cron task goes back to `scheduled` at its next fire time; the CAS on
-    /// `completed` lets a concurrent cancel win.
-    async fn rearm_cron(&self, mut task: TaskRecord) -> Result<(), EngineError> {
-        let Trigger::Cron { expr } = &task.trigger else {
+    /// Completes a running task in one write (compare-and-set on `running`, so a concurrent
+    /// cancel wins). A cron task is re-armed in that same write: its log shows `completed` and
+    /// then `scheduled` at the next fire time, so no crash can leave it completed for good.
+    /// Returns whether the write happened.
+    async fn complete(&self, mut task: TaskRecord, reason: &str) -> Result<bool, EngineError> {
+        let now = self.now();
+        task.transition(TaskStatus::Completed, ACTOR, reason, now)?;
+        let next = match &task.trigger {
+            Trigger::Cron { expr } => match next_fire(expr, now) {
+                Ok(next) => Some(next),
+                Err(detail) => {
+                    tracing::error!(task = %task.id, %detail, "cron task cannot be re-armed");
+                    None
+                }
+            },
+            _ => None,
+        };
+        if let Some(next) = next {
+            // The next run starts a fresh conversation after everything recorded so far.
+            let history_from = self
+                .store
+                .history(task.id, task.metadata.history_from)
+                .await?
+                .last()
+                .map_or(task.metadata.history_from, |e| e.seq + 1);
+            task.force(
+                TaskStatus::Scheduled,
+                ACTOR,
+                &format!("cron: next run at {}", next.to_rfc3339()),
+                now,
+            );
+            task.scheduled_at = Some(next);
+            task.metadata.cron_runs += 1;
+            task.metadata.rounds = 0;
+            task.metadata.answer = None;
+            task.metadata.delivery = None;
+            task.metadata.history_len = 0;
+            task.metadata.runtime_secs = 0;
+            task.metadata.history_from = history_from;
+        }
+        match self.store.save(&task, Some(TaskStatus::Running)).await? {
+            mai_core::store::SaveOutcome::Saved => {
+                self.emit(TaskEvent::Status {
+                    task_id: task.id,
+                    status: TaskStatus::Completed,
+                    reason: reason.to_owned(),
+                });
+                if let Some(next) = next {
+                    let reason = task
+                        .status_log
+                        .last()
+                        .map(|c| c.reason.clone())
+                        .unwrap_or_default();
+                    self.emit(TaskEvent::Status {
+                        task_id: task.id,
+                        status: TaskStatus::Scheduled,
+                        reason,
+                    });
+                    self.schedule_timers.arm(task.id, next);
+                }
+                Ok(true)
+            }
+            mai_core::store::SaveOutcome::Conflict { actual } => {
+                tracing::debug!(task = %task.id, %actual, "changed before it could complete");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Withdraws a reply that must not be sent (best effort: it may already be on its way).
+    async fn cancel_reply(&self, reply: TaskId) {
+        let result: Result<(), EngineError> = async {
+            if let Some(mut task) = self.store.get(reply).await?
+                && task.status == TaskStatus::Pending
+            {
+                task.transition(
+                    TaskStatus::Cancelled,
+                    ACTOR,
+                    "its task was cancelled",
+                    self.now(),
+                )?;
+                if self.save_status(&task, TaskStatus::Pending).await? {
+                    self.queue.remove(reply);
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(task = %reply, %error, "could not withdraw a reply");
+        }
+    }
+
+    /// A cancel or pause that arrived while the run was suspending on a question: apply it to
+    /// the now waiting task instead of losing it.
+    async fn apply_stop_to_waiting(
+        &self,
+        id: TaskId,
+        stop: Option<StopReason>,
+    ) -> Result<(), EngineError> {
+        let (to, actor, reason) = match stop {
+            Some(StopReason::Cancel { actor }) => (TaskStatus::Cancelled, actor, "cancelled"),
+            Some(StopReason::Pause { actor }) => (TaskStatus::Paused, actor, "paused"),
+            // A waiting task keeps waiting across a stop, and waiting time is not runtime.
+            _ => return Ok(()),
+        };
+        let Some(mut task) = self.store.get(id).await? else {
             return Ok(());
         };
-        let now = self.now();
-        let next = match next_fire(expr, now) {
-            Ok(next) => next,
-            Err(detail) => {
-                tracing::error!(task = %task.id, %detail, "cron task cannot be re-armed");
-                return Ok(());
-            }
-        };
-        task.force(
-            TaskStatus::Scheduled,
-            ACTOR,
-            &format!("cron: next run at {}", next.to_rfc3339()),
-            now,
-        );
-        task.scheduled_at = Some(next);
-        task.metadata.cron_runs += 1;
-        task.metadata.rounds = 0;
-        task.metadata.answer = None;
-        task.metadata.delivery = None;
-        task.metadata.history_len = 0;
-        // The next run starts a fresh conversation after everything recorded so far.
-        task.metadata.history_from = self
-            .store
-            .history(task.id, task.metadata.history_from)
-            .await?
-            .last()
-            .map_or(task.metadata.history_from, |e| e.seq + 1);
-        if self.save_status(&task, TaskStatus::Completed).await? {
-            self.schedule_timers.arm(task.id, next);
+        if task.status != TaskStatus::WaitingInput {
+            return Ok(());
+        }
+        task.transition(to, &actor, reason, self.now())?;
+        if to == TaskStatus::Paused {
+            task.metadata.pause_cause = Some(PauseCause::User);
+        }
+        if self.save_status(&task, TaskStatus::WaitingInput).await? {
+            self.forget_question(id);
+            self.queue.remove(id);
         }
         Ok(())
     }

@@ -65,6 +65,10 @@ impl Engine {
             self.forget_question(task.id);
             return Ok(AfterCalls::End(RunEnd::Waiting));
         }
+        // Register again now that the state is saved: a message that arrived during the save
+        // took the signal but could not answer a question not yet asked (both are idempotent).
+        lock(&self.waiting).register(task.id, task.owner.clone(), task.stream_id.clone());
+        self.question_timers.arm(task.id, asked_at + timeout);
         // 3. The question, polished, into the task's stream.
         let stream = task.stream_id.clone();
         if let Err(error) = self.deliver(task.id, &stream, &question, true, true).await {
@@ -126,14 +130,26 @@ impl Engine {
         stream: &StreamId,
         text: &str,
     ) -> Result<Option<TaskId>, EngineError> {
-        let Some(id) = lock(&self.waiting).take_oldest(owner, stream) else {
-            return Ok(None);
-        };
-        self.question_timers.disarm(id);
-        let woken = self
-            .resume_with(id, json!({"success": true, "answer": text}))
-            .await?;
-        Ok(woken.then_some(id))
+        // Oldest first; an entry that no longer waits (answered or cancelled elsewhere) is
+        // skipped so the reply still reaches a task that does.
+        loop {
+            let Some(id) = lock(&self.waiting).take_oldest(owner, stream) else {
+                return Ok(None);
+            };
+            self.question_timers.disarm(id);
+            match self
+                .resume_with(id, json!({"success": true, "answer": text}))
+                .await
+            {
+                Ok(true) => return Ok(Some(id)),
+                Ok(false) => continue,
+                Err(error) => {
+                    // Not recorded: keep the task reachable for the next reply.
+                    lock(&self.waiting).register(id, owner.clone(), stream.clone());
+                    return Err(error);
+                }
+            }
+        }
     }
 
     /// Answers a specific waiting task (`/maitask ask`, `subagent_modify`, the CLI). Works from
@@ -192,6 +208,9 @@ impl Engine {
             return Ok(false);
         };
         if self.question_answered(&task).await? {
+            // Answered already (e.g. by `mai-agent task ask` from another process): make sure it
+            // runs; queueing is idempotent.
+            self.enqueue(&task);
             return Ok(false);
         }
         let message = ChatMessage::tool_result(waiting.call_id.clone(), result.to_string());

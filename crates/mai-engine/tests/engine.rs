@@ -212,6 +212,16 @@ async fn guests_cannot_create_and_users_cannot_touch_others_tasks() {
             .contains("invalid cron expression `61 * * * *`"),
         "{err}"
     );
+    let never = CreateTask {
+        trigger: Trigger::Delay { seconds: u64::MAX },
+        ..CreateTask::agent("never")
+    };
+    let err = h
+        .engine
+        .create(&caller("alice", Role::User, "s"), never)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("too far in the future"), "{err}");
 }
 
 #[tokio::test]

@@ -290,7 +290,10 @@ async fn big_output_is_cut_to_head_and_tail() {
         "note of the size"
     );
     assert_eq!(result["stderr"], json!(""));
-    assert!(grown_kib < 8 * 1024, "memory stayed bounded: grew {grown_kib} KiB");
+    assert!(
+        grown_kib < 8 * 1024,
+        "memory stayed bounded: grew {grown_kib} KiB"
+    );
 }
 
 /// This process's resident set size (Linux), in KiB.
