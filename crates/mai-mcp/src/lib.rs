@@ -14,6 +14,7 @@ mod error;
 pub mod fetch;
 mod manager;
 pub mod naming;
+mod proxy;
 mod result;
 mod tools;
 

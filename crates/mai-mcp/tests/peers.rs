@@ -185,6 +185,21 @@ async fn everything_over_stdio_lists_tools_and_echoes() {
         .await
         .unwrap();
     assert_eq!(image["images"][0]["mime_type"], "image/png", "{image}");
+
+    // The planner's proxy reaches the same servers under the servers' own tool names.
+    let proxy: &dyn mai_core::capabilities::McpProxy = &manager;
+    let listed = proxy.list_tools().await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|(server, tool, _)| server == "everything" && tool == "echo")
+    );
+    let echoed = proxy
+        .call_tool("everything", "echo", json!({"message": "via proxy"}))
+        .await
+        .unwrap();
+    assert_eq!(echoed["text"], "Echo: via proxy");
+    assert!(proxy.call_tool("nope", "echo", json!({})).await.is_err());
     manager.shutdown();
 }
 
