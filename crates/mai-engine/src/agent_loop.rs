@@ -6,13 +6,17 @@
 //! Unknown tools, bad arguments, tool failures and over-long outputs go back to the model as
 //! tool results; nothing the model does can kill the loop.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolCall, ToolSpec};
 use mai_core::role::Role;
 use mai_core::store::{HistoryKind, NewHistoryEntry, SaveOutcome};
 use mai_core::task::{TaskRecord, TaskStatus};
-use mai_core::tool::{OutcomeKind, ToolContext, ToolOutcome, discovery};
+use mai_core::tool::{
+    OutcomeKind, ToolContext, ToolDefinition, ToolOutcome, ToolRegistry, discovery,
+};
 
 use crate::builtin_tools::ASK_USER;
 use crate::conversation::{Conversation, Tail};
@@ -25,6 +29,39 @@ use crate::truncate::head_tail;
 
 /// Tool results longer than this reach the model as head + tail with a note.
 pub(crate) const MAX_TOOL_RESULT_CHARS: usize = 12_000;
+
+/// The tool list of the last round, reused while the registry's view for the role is the same
+/// snapshot (a registry change swaps the snapshot, and the next round rebuilds the list).
+#[derive(Default)]
+pub(crate) struct ToolsCache {
+    source: Option<(Role, Arc<[Arc<ToolDefinition>]>)>,
+    specs: Vec<ToolSpec>,
+}
+
+impl ToolsCache {
+    /// The specs to present to `role` this round (moved out; give them back with `put_back`).
+    fn take(&mut self, registry: &ToolRegistry, role: Role) -> Vec<ToolSpec> {
+        let presented = registry.presented(role);
+        let fresh =
+            matches!(&self.source, Some((r, p)) if *r == role && Arc::ptr_eq(p, &presented));
+        if !fresh || self.specs.is_empty() {
+            self.specs = presented
+                .iter()
+                .map(|tool| ToolSpec {
+                    name: tool.name().to_owned(),
+                    description: tool.description().to_owned(),
+                    parameters: tool.parameters().clone(),
+                })
+                .collect();
+            self.source = Some((role, presented));
+        }
+        std::mem::take(&mut self.specs)
+    }
+
+    fn put_back(&mut self, specs: Vec<ToolSpec>) {
+        self.specs = specs;
+    }
+}
 
 /// What the loop does after running a batch of tool calls.
 pub(crate) enum AfterCalls {
@@ -74,6 +111,7 @@ impl Engine {
             conversation.defer(ChatMessage::system(system));
             conversation.defer(ChatMessage::user(task.intent.clone()));
         }
+        let mut tools = ToolsCache::default();
         loop {
             if let Some(reason) = control.reason() {
                 return Ok(RunEnd::Stopped(reason));
@@ -91,7 +129,7 @@ impl Engine {
                 }
                 Tail::Empty | Tail::ReadyForModel => {
                     if let Some(end) = self
-                        .model_round(task, &mut conversation, &ctx, control)
+                        .model_round(task, &mut conversation, &mut tools, &ctx, control)
                         .await?
                     {
                         return Ok(end);
@@ -106,6 +144,7 @@ impl Engine {
         &self,
         task: &mut TaskRecord,
         conversation: &mut Conversation,
+        tools_cache: &mut ToolsCache,
         ctx: &ToolContext,
         control: &RunControl,
     ) -> Result<Option<RunEnd>, EngineError> {
@@ -126,19 +165,31 @@ impl Engine {
             conversation.defer(ChatMessage::user(note));
             Vec::new()
         } else {
-            self.tool_specs(ctx.role())
+            tools_cache.take(&self.registry, ctx.role())
         };
         self.emit(TaskEvent::Round {
             task_id: task.id,
             round,
         });
-        let request =
-            ChatRequest::new(ModelPurpose::Agent, conversation.messages.clone()).with_tools(tools);
+        // The conversation and the tool list move into the request and back: no per-round copy
+        // of a history that grows every round.
+        let mut request = ChatRequest::new(
+            ModelPurpose::Agent,
+            std::mem::take(&mut conversation.messages),
+        )
+        .with_tools(tools);
         let response = tokio::select! {
-            _ = control.token.cancelled() => {
-                return Ok(Some(RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown))));
-            }
-            response = self.model.complete(&request) => response,
+            _ = control.token.cancelled() => None,
+            response = self.model.complete(&request) => Some(response),
+        };
+        conversation.messages = std::mem::take(&mut request.messages);
+        if !last_round {
+            tools_cache.put_back(std::mem::take(&mut request.tools));
+        }
+        let Some(response) = response else {
+            return Ok(Some(RunEnd::Stopped(
+                control.reason().unwrap_or(StopReason::Shutdown),
+            )));
         };
         let mut message = match response {
             Ok(response) => response.message,

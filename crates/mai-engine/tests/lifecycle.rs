@@ -496,7 +496,13 @@ async fn a_cron_task_rearms_after_completion_and_a_cancel_stops_it() {
         TaskStatus::Cancelled
     );
     assert_eq!(model.agent_calls.load(Ordering::SeqCst), calls);
-    // Two runs, two replies.
+    // Two runs, two replies (each reply task runs after its run re-armed the cron task).
+    while h.host.sent_to("s").len() < 2 {
+        h.wait_for("a reply", |e| {
+            matches!(e, mai_engine::events::TaskEvent::Sent { .. })
+        })
+        .await;
+    }
     assert_eq!(h.host.sent_to("s").len(), 2);
 }
 
