@@ -31,7 +31,7 @@ conversation; to find older things by keyword use search_memory.";
 const QUERY_PERSON: &str = "What is known about one person, by exact name or alias. For partial \
 names or to find someone to message, use search_users.";
 const SEARCH_USERS: &str = "Find people and groups by name, nickname or id (any keyword may \
-match). Returns the stream_id/user_id/group_id that send_message takes.";
+match; none lists recent chats). Returns the stream_id/user_id/group_id that send_message takes.";
 const GET_FREQUENCY: &str = "The bot's current talk-frequency value in a chat (how often it \
 joins in).";
 
@@ -279,11 +279,7 @@ impl TypedTool for SearchUsers {
                 keywords.push(keyword.to_owned());
             }
         }
-        if keywords.is_empty() {
-            return Err(ToolError::new(
-                "no keyword given; pass keyword or keywords (a name, nickname or id)",
-            ));
-        }
+        // No keyword (SYSTEM.md §7 makes it optional): the most recently active chats.
         let query = UserQuery {
             keywords,
             chat_type: args.chat_type.map(|t| match t {

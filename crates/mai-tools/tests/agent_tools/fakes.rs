@@ -181,7 +181,7 @@ impl Host for FakeHost {
                     },
                     name: format!("user {i}"),
                 },
-                matched: query.keywords[0].clone(),
+                matched: query.keywords.first().cloned().unwrap_or_default(),
             })
             .collect())
     }
