@@ -168,6 +168,8 @@ pub struct Engine {
     pub(crate) question_timers: Arc<Timers>,
     pub(crate) waiting: Mutex<WaitingIndex>,
     pub(crate) running: Mutex<HashMap<TaskId, RunControl>>,
+    /// What each planner session was last shown on its board.
+    pub(crate) board: Mutex<crate::planner_board::BoardMemory>,
     /// Serializes recording answers, so two answers racing for one question never both land.
     pub(crate) answer_lock: tokio::sync::Mutex<()>,
     /// Tasks with injected instructions not yet read by their loop.
@@ -198,6 +200,7 @@ impl Engine {
             queue: ReadyQueue::default(),
             waiting: Mutex::new(WaitingIndex::default()),
             running: Mutex::new(HashMap::new()),
+            board: Mutex::new(crate::planner_board::BoardMemory::default()),
             answer_lock: tokio::sync::Mutex::new(()),
             injected: Mutex::new(HashSet::new()),
             events: Events::new(),

@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod manager;
 pub mod planner;
+mod planner_board;
 pub mod prompts;
 mod reply;
 pub mod runner;
