@@ -15,10 +15,7 @@ pub fn print(engine: &Arc<Engine>, role: Option<Role>, as_json: bool) -> Result<
     match role {
         Some(role) => {
             let tools = registry.presented(role);
-            let specs: Vec<_> = tools
-                .iter()
-                .map(|t| mai_tools::budget::tool_spec(t))
-                .collect();
+            let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
             let tokens = mai_tools::budget::schema_tokens(&specs);
             if as_json {
                 let list: Vec<_> = tools

@@ -45,14 +45,7 @@ impl ToolsCache {
         let fresh =
             matches!(&self.source, Some((r, p)) if *r == role && Arc::ptr_eq(p, &presented));
         if !fresh || self.specs.is_empty() {
-            self.specs = presented
-                .iter()
-                .map(|tool| ToolSpec {
-                    name: tool.name().to_owned(),
-                    description: tool.description().to_owned(),
-                    parameters: tool.parameters().clone(),
-                })
-                .collect();
+            self.specs = presented.iter().map(|tool| tool.spec()).collect();
             self.source = Some((role, presented));
         }
         std::mem::take(&mut self.specs)
@@ -395,11 +388,7 @@ impl Engine {
         self.registry
             .presented(role)
             .iter()
-            .map(|tool| ToolSpec {
-                name: tool.name().to_owned(),
-                description: tool.description().to_owned(),
-                parameters: tool.parameters().clone(),
-            })
+            .map(|tool| tool.spec())
             .collect()
     }
 }

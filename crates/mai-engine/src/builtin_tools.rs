@@ -4,6 +4,7 @@
 //! `ask_user` (handled by the loop, registered so it passes the same gates and is presented every
 //! round) and the sub-agent tools.
 
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
@@ -79,7 +80,7 @@ pub(crate) async fn register(
                  user.",
                 Visibility::Discoverable,
                 Role::User,
-                AskSubagent(weak.clone()),
+                SubagentTool::<AskSubagentArgs>::new(weak.clone()),
             )
             .map_err(invalid)?,
         );
@@ -91,7 +92,7 @@ pub(crate) async fn register(
                  depend on each other.",
                 Visibility::Discoverable,
                 Role::User,
-                AskSubagents(weak),
+                SubagentTool::<AskSubagentsArgs>::new(weak),
             )
             .map_err(invalid)?,
         );
@@ -150,46 +151,45 @@ pub struct AskSubagentsArgs {
     pub tools: Option<Vec<String>>,
 }
 
-struct AskSubagent(Weak<Engine>);
-
-impl TypedTool for AskSubagent {
-    type Args = AskSubagentArgs;
-    async fn call(&self, ctx: &ToolContext, args: AskSubagentArgs) -> Result<Value, ToolError> {
-        let engine = self
-            .0
-            .upgrade()
-            .ok_or_else(|| ToolError::new("the engine is stopping"))?;
-        subagent::ask(
-            &engine,
-            ctx,
-            SubagentRequest {
-                intents: vec![args.intent],
-                tools: args.tools,
-                single: true,
-            },
-        )
-        .await
+impl From<AskSubagentArgs> for SubagentRequest {
+    fn from(args: AskSubagentArgs) -> Self {
+        SubagentRequest {
+            intents: vec![args.intent],
+            tools: args.tools,
+            single: true,
+        }
     }
 }
 
-struct AskSubagents(Weak<Engine>);
+impl From<AskSubagentsArgs> for SubagentRequest {
+    fn from(args: AskSubagentsArgs) -> Self {
+        SubagentRequest {
+            intents: args.intents,
+            tools: args.tools,
+            single: false,
+        }
+    }
+}
 
-impl TypedTool for AskSubagents {
-    type Args = AskSubagentsArgs;
-    async fn call(&self, ctx: &ToolContext, args: AskSubagentsArgs) -> Result<Value, ToolError> {
+/// `ask_subagent` and `ask_subagents`: the same runner, one or several intents.
+struct SubagentTool<A>(Weak<Engine>, PhantomData<fn() -> A>);
+
+impl<A> SubagentTool<A> {
+    fn new(engine: Weak<Engine>) -> Self {
+        SubagentTool(engine, PhantomData)
+    }
+}
+
+impl<A> TypedTool for SubagentTool<A>
+where
+    A: Into<SubagentRequest> + serde::de::DeserializeOwned + JsonSchema + Send + 'static,
+{
+    type Args = A;
+    async fn call(&self, ctx: &ToolContext, args: A) -> Result<Value, ToolError> {
         let engine = self
             .0
             .upgrade()
             .ok_or_else(|| ToolError::new("the engine is stopping"))?;
-        subagent::ask(
-            &engine,
-            ctx,
-            SubagentRequest {
-                intents: args.intents,
-                tools: args.tools,
-                single: false,
-            },
-        )
-        .await
+        subagent::ask(&engine, ctx, args.into()).await
     }
 }

@@ -41,7 +41,7 @@ async fn every_roles_schemas_fit_the_budget() {
             .registry()
             .presented(role)
             .iter()
-            .map(|t| mai_tools::budget::tool_spec(t))
+            .map(|t| t.spec())
             .collect();
         (specs.len(), mai_tools::budget::schema_tokens(&specs))
     };

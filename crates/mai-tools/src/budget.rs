@@ -7,7 +7,6 @@
 use std::sync::OnceLock;
 
 use mai_core::model::ToolSpec;
-use mai_core::tool::ToolDefinition;
 use serde::Serialize;
 use serde_json::Value;
 use tiktoken_rs::CoreBPE;
@@ -56,15 +55,6 @@ pub fn text_tokens(text: &str) -> usize {
     match tokenizer() {
         Some(bpe) => bpe.encode_ordinary(text).len(),
         None => text.len().div_ceil(4),
-    }
-}
-
-/// The spec a tool definition is presented as.
-pub fn tool_spec(tool: &ToolDefinition) -> ToolSpec {
-    ToolSpec {
-        name: tool.name().to_owned(),
-        description: tool.description().to_owned(),
-        parameters: tool.parameters().clone(),
     }
 }
 

@@ -190,6 +190,15 @@ impl ToolDefinition {
         self.min_role
     }
 
+    /// The tool as presented to a model in a request's tool list.
+    pub fn spec(&self) -> crate::model::ToolSpec {
+        crate::model::ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+        }
+    }
+
     pub(crate) fn handler(&self) -> &Arc<dyn ToolHandler> {
         &self.handler
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use mai_core::host::PluginApi;
 use mai_core::tool::ToolDefinition;
-use mai_tools::budget::{schema_tokens, tool_spec};
+use mai_tools::budget::schema_tokens;
 use mai_tools::info::info_tools;
 use mai_tools::plugin_api::plugin_api_tools;
 use mai_tools::send_message::send_message_tool;
@@ -38,12 +38,12 @@ async fn every_tool_stays_under_the_token_ceiling() {
     let tools = all_tools().await;
     let mut total = 0;
     for tool in &tools {
-        let tokens = schema_tokens(&[tool_spec(tool)]);
+        let tokens = schema_tokens(&[tool.spec()]);
         println!("{:>4}  {}  {}", tokens, tool.name(), tool.parameters());
         assert!(tokens <= CEILING, "{} costs {tokens} tokens", tool.name());
         total += tokens;
     }
-    let together = schema_tokens(&tools.iter().map(tool_spec).collect::<Vec<_>>());
+    let together = schema_tokens(&tools.iter().map(ToolDefinition::spec).collect::<Vec<_>>());
     println!(
         "{together:>4}  all {} together (sum alone {total})",
         tools.len()
