@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::permission::{PermissionConfig, PermissionConfigError, PermissionResolver};
 
 mod llm;
+mod server;
 pub use llm::{LlmConfig, ModelNames};
+pub use server::{ChannelsConfig, ConsoleChannelConfig, OneBotConfig, ServerConfig};
 
 /// The prefix of environment overrides: `MAI_AGENT__TASK__MAX_ROUNDS=50`.
 pub const ENV_PREFIX: &str = "MAI_AGENT__";
@@ -36,6 +38,8 @@ pub struct Config {
     pub plugin_api: PluginApiConfig,
     pub storage: StorageConfig,
     pub prompts: PromptsConfig,
+    pub server: ServerConfig,
+    pub channels: ChannelsConfig,
 }
 
 /// `[task]`: limits of the scheduler and the agent loop.
@@ -425,6 +429,43 @@ impl Config {
                 });
             }
         }
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ConfigError::Invalid {
+                section: "server",
+                key: "listen",
+                problem: format!(
+                    "must be an IP address and port like 127.0.0.1:8760, got `{}`",
+                    self.server.listen
+                ),
+            });
+        }
+        at_least(
+            "server",
+            "max_body_bytes",
+            self.server.max_body_bytes as u64,
+            1024,
+        )?;
+        let onebot = &self.channels.onebot;
+        if onebot.enabled && !(onebot.url.starts_with("ws://") || onebot.url.starts_with("wss://"))
+        {
+            return Err(ConfigError::Invalid {
+                section: "channels.onebot",
+                key: "url",
+                problem: format!("must start with ws:// or wss://, got `{}`", onebot.url),
+            });
+        }
+        at_least(
+            "channels.onebot",
+            "send_timeout_secs",
+            onebot.send_timeout_secs,
+            1,
+        )?;
+        at_least(
+            "channels.onebot",
+            "reconnect_max_secs",
+            onebot.reconnect_max_secs,
+            1,
+        )?;
         PermissionResolver::new(&self.permission)?;
         Ok(())
     }

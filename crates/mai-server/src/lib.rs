@@ -1,0 +1,13 @@
+//! The front doors of a running mai-agent (SYSTEM.md §10): the HTTP API, the MCP server that
+//! offers the planner tools, Prometheus metrics, and the inbound pipeline every chat channel
+//! (HTTP ingestion, OneBot, console) feeds its messages through.
+//!
+//! Everything here calls the engine's task manager facade and the planner registry; nothing
+//! reaches the store directly or decides a permission itself.
+
+pub mod http;
+pub mod inbound;
+pub mod mcp;
+pub mod state;
+
+pub use state::ServerState;

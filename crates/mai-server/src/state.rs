@@ -1,0 +1,16 @@
+//! What every front door shares: the engine, the embedded host and the planner registry.
+
+use std::sync::Arc;
+
+use mai_core::tool::ToolRegistry;
+use mai_engine::engine::Engine;
+use mai_host::EmbeddedHost;
+
+/// The running service, as the front doors see it. Cheap to clone.
+#[derive(Clone)]
+pub struct ServerState {
+    pub engine: Arc<Engine>,
+    pub host: Arc<EmbeddedHost>,
+    /// The 11 planner tools (SYSTEM.md §7), built once by `mai_engine::planner::planner_registry`.
+    pub planner: Arc<ToolRegistry>,
+}
