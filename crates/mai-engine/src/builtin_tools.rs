@@ -61,6 +61,24 @@ pub(crate) async fn register(
         mai_tools::send_message::send_message_tool(engine.host.clone(), capabilities)
             .map_err(invalid)?,
     );
+    // 6.–8. Cross-plugin APIs, sub-agents, command execution: behind hot-reloadable switches.
+    tools.extend(switchable_tools(engine, &config).await?);
+    engine.registry.edit(|edit| {
+        for tool in tools {
+            edit.register(tool);
+        }
+    });
+    Ok(())
+}
+
+/// The tools of §4.4 groups 6–8, whose switches are hot-reloaded: cross-plugin APIs (allowlisted
+/// only), sub-agents, command execution.
+async fn switchable_tools(
+    engine: &Arc<Engine>,
+    config: &mai_core::config::Config,
+) -> Result<Vec<ToolDefinition>, EngineError> {
+    let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
+    let mut tools: Vec<ToolDefinition> = Vec::new();
     // 6. Cross-plugin APIs (allowlisted only).
     tools.extend(
         mai_tools::plugin_api::plugin_api_tools(engine.host.clone(), &config.plugin_api.allowlist)
@@ -101,10 +119,26 @@ pub(crate) async fn register(
     if config.shell.enabled {
         tools.push(mai_tools::shell::run_command_tool().map_err(invalid)?);
     }
+    Ok(tools)
+}
+
+/// Whether `name` is one of [`switchable_tools`] (`call_*` names are reserved for plugin APIs).
+fn is_switchable(name: &str) -> bool {
+    matches!(
+        name,
+        ASK_SUBAGENT | ASK_SUBAGENTS | mai_tools::shell::RUN_COMMAND
+    ) || name.starts_with(mai_tools::plugin_api::PREFIX)
+}
+
+/// After a config reload: swaps the switchable tools for what the new config enables, in one
+/// atomic registry change, keeping their place in the §4.4 order (right after `send_message`).
+/// Running loops see the change from their next round.
+pub(crate) async fn resync_switchable(engine: &Arc<Engine>) -> Result<(), EngineError> {
+    let config = engine.config.config();
+    let tools = switchable_tools(engine, &config).await?;
     engine.registry.edit(|edit| {
-        for tool in tools {
-            edit.register(tool);
-        }
+        edit.retain(|tool| !is_switchable(tool.name()));
+        edit.insert_after(mai_tools::send_message::SEND_MESSAGE, tools);
     });
     Ok(())
 }

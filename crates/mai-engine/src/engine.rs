@@ -426,6 +426,21 @@ impl Engine {
         }
     }
 
+    /// Applies a reloaded configuration (SYSTEM.md §11): a config that does not validate changes
+    /// nothing and the error says why; a valid one is swapped in atomically, the tools behind
+    /// switches (shell, sub-agents, plugin APIs) follow, and a raised concurrency limit lets
+    /// queued tasks start at once. Running loops see the new values from their next read.
+    pub async fn reload_config(&self, config: mai_core::config::Config) -> Result<(), EngineError> {
+        self.config
+            .replace(config)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if let Some(engine) = self.arc() {
+            crate::builtin_tools::resync_switchable(&engine).await?;
+        }
+        self.dispatch();
+        Ok(())
+    }
+
     /// Graceful stop: running tasks stop at their next await and are persisted as
     /// paused-by-stop; nothing new starts.
     pub async fn stop(&self) {

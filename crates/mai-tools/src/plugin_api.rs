@@ -25,6 +25,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+/// The name prefix of every cross-plugin API tool (`call_{api}`).
+pub const PREFIX: &str = "call_";
+
 /// The longest host description kept in a tool's description (tokens on every request).
 const MAX_DESCRIPTION_CHARS: usize = 300;
 
@@ -102,7 +105,7 @@ pub fn tool_name(api: &str) -> String {
             }
         })
         .collect();
-    format!("call_{mapped}")
+    format!("{PREFIX}{mapped}")
 }
 
 fn description(api: &PluginApi) -> String {

@@ -30,13 +30,16 @@ const DESCRIPTION: &str = "Send a message to another chat, or proactively to a g
 Give exactly one target: stream_id, group_id or user_id (search_users finds them). Not for \
 answering the user of this task: your final answer reaches them anyway.";
 
+/// The tool's name.
+pub const SEND_MESSAGE: &str = "send_message";
+
 /// `send_message`.
 pub fn send_message_tool(
     host: Arc<dyn Host>,
     messenger: Arc<dyn Messenger>,
 ) -> Result<ToolDefinition, ToolDefinitionError> {
     ToolDefinition::typed(
-        "send_message",
+        SEND_MESSAGE,
         DESCRIPTION,
         Visibility::Discoverable,
         Role::User,

@@ -102,6 +102,20 @@ impl RegistryEdit {
         Some(self.tools.remove(position))
     }
 
+    /// Puts `tools` right after the tool called `anchor` (at the end if there is none), in the
+    /// given order; a tool of the same name elsewhere is removed first.
+    pub fn insert_after(&mut self, anchor: &str, tools: Vec<ToolDefinition>) {
+        for tool in &tools {
+            self.unregister(tool.name());
+        }
+        let at = self
+            .tools
+            .iter()
+            .position(|t| t.name() == anchor)
+            .map_or(self.tools.len(), |i| i + 1);
+        self.tools.splice(at..at, tools.into_iter().map(Arc::new));
+    }
+
     /// Keeps only the tools for which `keep` is true.
     pub fn retain(&mut self, mut keep: impl FnMut(&ToolDefinition) -> bool) {
         self.tools.retain(|t| keep(t));
