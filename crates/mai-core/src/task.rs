@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ids::{Owner, StreamId};
+use crate::ids::{Owner, PersonId, StreamId};
 
 /// A task's id: a random UUID (v4). Random, not time-ordered (v7), because people address tasks
 /// by their first 8 characters, and v7 ids created within a minute share those.
@@ -232,6 +232,9 @@ pub struct TaskMetadata {
     pub cron_runs: u32,
     /// Seconds spent running so far (paused and waiting time excluded).
     pub runtime_secs: u64,
+    /// The person a planner-created task was made for (the host's `user_id`): their reply in
+    /// the task's stream answers its questions, as the owner's would for a person's task.
+    pub requester: Option<PersonId>,
 }
 
 /// The persisted unit of work.
@@ -275,6 +278,15 @@ pub struct NewTask {
 }
 
 impl TaskRecord {
+    /// Whose reply in the task's stream answers its question: the requester of a planner task
+    /// when the host named one, else the owner.
+    pub fn answerer(&self) -> Owner {
+        match (&self.owner, &self.metadata.requester) {
+            (Owner::Planner(_), Some(person)) => Owner::Person(person.clone()),
+            _ => self.owner.clone(),
+        }
+    }
+
     /// A new task in `initial` status (`pending` for `now`, `scheduled` otherwise), its creation
     /// logged with `actor`.
     pub fn new(spec: NewTask, initial: TaskStatus, actor: &str, now: DateTime<Utc>) -> Self {

@@ -64,6 +64,9 @@ pub struct CreateTask {
     pub title: Option<String>,
     pub max_runtime_min: Option<u32>,
     pub parent_task_id: Option<mai_core::task::TaskId>,
+    /// For a planner's task: the person it is made for, who may answer its questions by
+    /// replying in the stream (see `TaskRecord::answerer`).
+    pub requester: Option<mai_core::ids::PersonId>,
 }
 
 impl CreateTask {
@@ -78,6 +81,7 @@ impl CreateTask {
             title: None,
             max_runtime_min: None,
             parent_task_id: None,
+            requester: None,
         }
     }
 }
@@ -160,6 +164,7 @@ impl Engine {
         task.scheduled_at = scheduled_at;
         task.metadata.group_id = caller.group_id.clone();
         task.metadata.parent_task_id = request.parent_task_id;
+        task.metadata.requester = request.requester;
         self.store.insert(&task).await?;
         self.emit(TaskEvent::Created {
             task_id: task.id,

@@ -41,7 +41,7 @@ impl Engine {
         let asked_at = self.now();
         let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
         // 1. The resume signal.
-        lock(&self.waiting).register(task.id, task.owner.clone(), task.stream_id.clone());
+        lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
         self.question_timers.arm(task.id, asked_at + timeout);
         // 2. The state change, persisted.
         task.metadata.waiting = Some(WaitingQuestion {
@@ -67,7 +67,7 @@ impl Engine {
         }
         // Register again now that the state is saved: a message that arrived during the save
         // took the signal but could not answer a question not yet asked (both are idempotent).
-        lock(&self.waiting).register(task.id, task.owner.clone(), task.stream_id.clone());
+        lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
         self.question_timers.arm(task.id, asked_at + timeout);
         // 3. The question, polished, into the task's stream.
         let stream = task.stream_id.clone();
@@ -233,7 +233,7 @@ impl Engine {
             self.queue.push(task.id, task.priority);
             return Ok(());
         }
-        lock(&self.waiting).register(task.id, task.owner.clone(), task.stream_id.clone());
+        lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
         let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
         let asked_at = task
             .metadata

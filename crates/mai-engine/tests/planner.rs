@@ -721,3 +721,65 @@ async fn a_reference_ambiguous_across_streams_resolves_within_the_current_one() 
         "another stream's id must not show"
     );
 }
+
+#[tokio::test]
+async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_stream() {
+    let model = RuleModel::new(|req| {
+        let last = req.messages.last().unwrap();
+        if last.role == MessageRole::Tool {
+            return Ok(ChatResponse::text(format!("ok, using {}", last.content)));
+        }
+        Ok(ChatResponse::tool_calls(
+            "",
+            vec![ToolCall::new(
+                "q",
+                "ask_user",
+                json!({"question": "Which region?"}),
+            )],
+        ))
+    });
+    let mut harness = Harness::start(test_config(), model).await;
+    let registry = planner_registry(&harness.engine, None).unwrap();
+    let id = id_of(
+        &call(
+            &harness,
+            &registry,
+            "subagent_create",
+            json!({"intent": "weather", "stream_id": "grp-a", "chat_id": "grp-a",
+                   "platform": "qq", "user_id": "alice"}),
+        )
+        .await,
+    );
+    harness.wait_status(id, TaskStatus::WaitingInput).await;
+    let stream = StreamId::new("grp-a").unwrap();
+    let alice = mai_core::ids::Owner::person("qq", "alice").unwrap();
+    let bob = mai_core::ids::Owner::person("qq", "bob").unwrap();
+    // Someone else in the group, or alice in another stream: nothing wakes.
+    let other = StreamId::new("grp-b").unwrap();
+    assert_eq!(
+        harness
+            .engine
+            .handle_user_reply(&bob, &stream, "Asia")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        harness
+            .engine
+            .handle_user_reply(&alice, &other, "Asia")
+            .await
+            .unwrap(),
+        None
+    );
+    let woken = harness
+        .engine
+        .handle_user_reply(&alice, &stream, "Europe")
+        .await
+        .unwrap();
+    assert_eq!(woken, Some(id));
+    harness.wait_status(id, TaskStatus::Completed).await;
+    let task = record(&harness.engine, id).await;
+    assert!(task.metadata.answer.unwrap().contains("Europe"));
+    assert_eq!(task.owner.to_string(), "planner:grp-a");
+}

@@ -126,6 +126,9 @@ struct Injected {
     platform: Option<String>,
     #[serde(default)]
     group_id: Option<String>,
+    /// The person the planner is talking to, when the host says.
+    #[serde(default)]
+    user_id: Option<String>,
 }
 
 impl From<Injected> for HostContext {
@@ -303,7 +306,15 @@ async fn create(
     injected: Injected,
     request: CreateTask,
 ) -> Result<Value, ToolError> {
+    let user_id = injected.user_id.clone();
     let (engine, caller) = facade.enter(stream_id, injected).await?;
+    // The person the host says the planner is talking to answers the task's questions.
+    let requester = non_empty(user_id)
+        .and_then(|user| mai_core::ids::PersonId::new(&caller.platform, &user).ok());
+    let request = CreateTask {
+        requester,
+        ..request
+    };
     let task = engine.create(&caller, request).await.map_err(failed)?;
     let mut result = summary(&task);
     if let Some(object) = result.as_object_mut() {

@@ -340,10 +340,13 @@ pub fn page_result(page: &Page, start: usize, max_length: usize) -> Value {
     out
 }
 
+/// The tool's name.
+pub const FETCH: &str = "fetch";
+
 /// The `fetch` tool (discoverable, min_role user). Register it when `[mcp] fetch_enabled`.
 pub fn fetch_tool(fetcher: Fetcher) -> Result<ToolDefinition, ToolDefinitionError> {
     ToolDefinition::typed(
-        "fetch",
+        FETCH,
         "Fetch a web page (http/https) and return its content as Markdown text, paged with \
          start_index and max_length. Internal and local addresses are refused.",
         Visibility::Discoverable,
