@@ -279,3 +279,105 @@ async fn the_fetch_tool_is_user_level_and_refusals_reach_the_model_as_results() 
         user.value
     );
 }
+
+fn plain(status: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn polite(resolver: MapResolver) -> Fetcher {
+    let options = FetchOptions {
+        allow_addresses: vec![LOOPBACK],
+        respect_robots: true,
+        ..FetchOptions::default()
+    };
+    Fetcher::new(options, Arc::new(resolver))
+}
+
+fn robots_requests(web: &Web) -> usize {
+    web.seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|head| head.starts_with("GET /robots.txt"))
+        .count()
+}
+
+#[tokio::test]
+async fn robots_txt_is_asked_once_per_site_and_its_disallow_is_honoured() {
+    let web = web(vec![
+        (
+            "/robots.txt",
+            plain(
+                "200 OK",
+                "User-agent: *\nDisallow: /private/\n\nUser-agent: mai-agent-fetch\nDisallow: /no-agents\n",
+            ),
+        ),
+        ("/open", html("<p>welcome</p>")),
+        ("/no-agents/page", html("<p>hidden</p>")),
+    ])
+    .await;
+    let fetcher = polite(answers(&[("site.test", &["127.0.0.1"])]));
+    let base = format!("http://site.test:{}", web.port);
+    let page = fetcher.fetch(&format!("{base}/open")).await.unwrap();
+    assert!(page.content.contains("welcome"));
+    let error = fetcher
+        .fetch(&format!("{base}/no-agents/page"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, FetchError::Robots(_)), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("robots.txt disallows"), "{message}");
+    assert!(
+        message.contains("fetch_respect_robots = false"),
+        "{message}"
+    );
+    // Cached per origin: one robots.txt request for both pages; the refused page never asked.
+    assert_eq!(robots_requests(&web), 1);
+    assert!(
+        !web.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|head| head.starts_with("GET /no-agents"))
+    );
+}
+
+#[tokio::test]
+async fn a_site_without_robots_txt_is_fetched_and_a_failing_one_is_not() {
+    let missing = web(vec![("/page", html("<p>fine</p>"))]).await;
+    let failing = web(vec![
+        ("/robots.txt", plain("503 Service Unavailable", "")),
+        ("/page", html("<p>fine</p>")),
+    ])
+    .await;
+    let fetcher = polite(answers(&[("site.test", &["127.0.0.1"])]));
+    let page = fetcher
+        .fetch(&format!("http://site.test:{}/page", missing.port))
+        .await
+        .unwrap();
+    assert!(page.content.contains("fine"));
+    let error = fetcher
+        .fetch(&format!("http://site.test:{}/page", failing.port))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("503"), "{error}");
+}
+
+#[tokio::test]
+async fn robots_txt_goes_through_the_same_guard() {
+    // A public name whose robots.txt redirects to the metadata address: refused, not fetched.
+    let web = web(vec![(
+        "/robots.txt",
+        redirect("http://169.254.169.254/robots.txt"),
+    )])
+    .await;
+    let fetcher = polite(answers(&[("site.test", &["127.0.0.1"])]));
+    let error = fetcher
+        .fetch(&format!("http://site.test:{}/page", web.port))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, FetchError::Refused { .. }), "{error}");
+}

@@ -185,6 +185,8 @@ pub struct McpConfig {
     pub servers: Vec<McpServerConfig>,
     pub fetch_enabled: bool,
     pub fetch_block_internal: bool,
+    /// Ask each site's robots.txt before `fetch` reads a page.
+    pub fetch_respect_robots: bool,
 }
 
 impl Default for McpConfig {
@@ -194,6 +196,7 @@ impl Default for McpConfig {
             servers: Vec::new(),
             fetch_enabled: false,
             fetch_block_internal: true,
+            fetch_respect_robots: false,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! a redirect, use a proxy or resolve a name anywhere else.
 
 pub mod guard;
+mod robots;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct FetchOptions {
     /// Characters returned when the call gives no `max_length`.
     pub default_max_length: usize,
     pub user_agent: String,
+    /// Ask each site's robots.txt first (`[mcp] fetch_respect_robots`).
+    pub respect_robots: bool,
 }
 
 impl Default for FetchOptions {
@@ -52,6 +55,7 @@ impl Default for FetchOptions {
             max_body_bytes: 5 * 1024 * 1024,
             default_max_length: 5000,
             user_agent: concat!("mai-agent-fetch/", env!("CARGO_PKG_VERSION")).to_owned(),
+            respect_robots: false,
         }
     }
 }
@@ -73,6 +77,8 @@ pub enum FetchError {
     Timeout,
     #[error("request failed: {0}")]
     Http(String),
+    #[error("not fetched: {0}; set [mcp] fetch_respect_robots = false to ignore robots.txt")]
+    Robots(String),
     #[error("unsupported content type `{0}` (only text, HTML and JSON are returned)")]
     Binary(String),
 }
@@ -94,6 +100,7 @@ pub struct Page {
 pub struct Fetcher {
     options: FetchOptions,
     resolver: Arc<dyn Resolver>,
+    robots: Arc<robots::RobotsCache>,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -106,7 +113,11 @@ impl std::fmt::Debug for Fetcher {
 
 impl Fetcher {
     pub fn new(options: FetchOptions, resolver: Arc<dyn Resolver>) -> Fetcher {
-        Fetcher { options, resolver }
+        Fetcher {
+            options,
+            resolver,
+            robots: Arc::default(),
+        }
     }
 
     /// GETs `url`, following at most `max_redirects` redirects, each hop checked.
@@ -121,6 +132,9 @@ impl Fetcher {
         let mut url = Url::parse(url).map_err(|_| FetchError::InvalidUrl(url.to_owned()))?;
         let mut redirects = 0u8;
         loop {
+            if self.options.respect_robots {
+                self.robots_allow(&url, deadline).await?;
+            }
             let response = self.one_hop(&url, deadline).await?;
             let location = response
                 .headers()
@@ -140,6 +154,73 @@ impl Fetcher {
             }
             return self.read_page(url, response).await;
         }
+    }
+
+    /// Refuses `url` when its site's robots.txt disallows it for our user agent. The robots.txt
+    /// is fetched like any page (guarded, pinned, redirects re-checked) and cached per origin.
+    async fn robots_allow(&self, url: &Url, deadline: Instant) -> Result<(), FetchError> {
+        let Some((origin, robots_url)) = robots::robots_url(url) else {
+            return Ok(());
+        };
+        let rules = match self.robots.get(&origin) {
+            Some(rules) => rules,
+            None => {
+                let rules = Arc::new(self.fetch_robots(robots_url, deadline).await?);
+                self.robots.put(origin, rules.clone());
+                rules
+            }
+        };
+        // Product token only: robots.txt groups name `mai-agent-fetch`, not its version.
+        rules
+            .check(url)
+            .map_err(|why| FetchError::Robots(format!("{url}: {why}")))
+    }
+
+    async fn fetch_robots(
+        &self,
+        mut url: Url,
+        deadline: Instant,
+    ) -> Result<robots::Rules, FetchError> {
+        let agent = self
+            .options
+            .user_agent
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        for _ in 0..=self.options.max_redirects {
+            let mut response = match self.one_hop(&url, deadline).await {
+                Ok(response) => response,
+                // The guard's refusals stay refusals; anything else is "unreachable".
+                Err(error @ (FetchError::Refused { .. } | FetchError::Timeout)) => {
+                    return Err(error);
+                }
+                Err(error) => return Ok(robots::Rules::Unreachable(error.to_string())),
+            };
+            if response.status().is_redirection()
+                && let Some(next) = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .and_then(|l| url.join(l).ok())
+            {
+                url = next;
+                continue;
+            }
+            let status = response.status().as_u16();
+            let mut body = Vec::new();
+            while let Ok(Some(chunk)) = response.chunk().await {
+                let room = robots::MAX_ROBOTS_BYTES.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() >= robots::MAX_ROBOTS_BYTES {
+                    break;
+                }
+            }
+            return Ok(robots::Rules::from_response(status, &body, &agent));
+        }
+        Ok(robots::Rules::Unreachable(
+            "robots.txt redirects too often".into(),
+        ))
     }
 
     /// Checks `url`'s host, resolves it once, checks every answer and sends the request to the
