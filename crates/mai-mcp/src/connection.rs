@@ -1,5 +1,6 @@
 //! Opens one MCP session over rmcp: spawns the stdio child (in its own process group, stderr
-//! captured) or builds the streamable HTTP transport (`${ENV}` in headers, bearer token), then
+//! captured), builds the streamable HTTP transport or opens a legacy SSE stream
+//! ([`crate::legacy_sse`]) (`${ENV}` in headers, bearer token), then
 //! runs the rmcp `initialize` handshake and lists every tool page.
 //!
 //! Owns transport set-up and the process group of a stdio child. Must not decide about budgets,
@@ -115,11 +116,21 @@ pub(crate) async fn connect(
             (service, None)
         }
         McpTransport::Sse => {
-            // rmcp 3 removed the legacy SSE client transport; wrapping it by hand would mean
-            // hand-rolling protocol framing, which the architecture forbids.
-            return Err(McpError::Config(
-                "transport `sse` (legacy HTTP+SSE) is not supported by the rmcp client; use `http` (streamable HTTP)".into(),
-            ));
+            let url = required_url(config, "sse")?;
+            let (headers, bearer) = configured_headers(config)?;
+            let mut headers = headers;
+            if let Some(token) = bearer {
+                let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|e| McpError::Config(format!("bearer token: {e}")))?;
+                headers.insert(reqwest::header::AUTHORIZATION, value);
+            }
+            let wait = std::time::Duration::from_secs(config.startup_timeout_secs.max(1));
+            let transport = crate::legacy_sse::connect(url, headers, wait).await?;
+            let service = handler
+                .serve_with_ct(transport, cancel.clone())
+                .await
+                .map_err(|e| McpError::Initialize(e.to_string()))?;
+            (service, None)
         }
     };
     let tools = service
@@ -180,17 +191,38 @@ fn spawn_stdio(
 fn http_transport(
     config: &McpServerConfig,
 ) -> Result<StreamableHttpClientTransport<reqwest::Client>, McpError> {
-    let url = config
+    let url = required_url(config, "http")?;
+    let (headers, bearer) = configured_headers(config)?;
+    let headers: HashMap<HeaderName, HeaderValue> = headers
+        .into_iter()
+        .filter_map(|(name, value)| Some((name?, value)))
+        .collect();
+    let mut transport_config =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(headers);
+    if let Some(token) = bearer {
+        transport_config = transport_config.auth_header(token);
+    }
+    Ok(StreamableHttpClientTransport::from_config(transport_config))
+}
+
+fn required_url<'a>(config: &'a McpServerConfig, transport: &str) -> Result<&'a str, McpError> {
+    config
         .url
         .as_deref()
         .filter(|u| !u.trim().is_empty())
-        .ok_or_else(|| McpError::Config("http transport needs `url`".into()))?;
-    let mut headers = HashMap::new();
+        .ok_or_else(|| McpError::Config(format!("{transport} transport needs `url`")))
+}
+
+/// The configured headers with `${ENV}` substituted, and a bearer token given as an
+/// `Authorization` header taken out (rmcp's streamable HTTP client sets it itself, so it is not
+/// sent twice).
+fn configured_headers(
+    config: &McpServerConfig,
+) -> Result<(reqwest::header::HeaderMap, Option<String>), McpError> {
+    let mut headers = reqwest::header::HeaderMap::new();
     let mut bearer = None;
     for (key, value) in &config.headers {
         let value = substitute_env(value)?;
-        // rmcp sets Authorization itself from `auth_header`; a bearer token given as a header
-        // goes there so it is not sent twice.
         if key.eq_ignore_ascii_case("authorization")
             && let Some(token) = value.strip_prefix("Bearer ")
         {
@@ -203,12 +235,7 @@ fn http_transport(
             .map_err(|e| McpError::Config(format!("header `{key}` value: {e}")))?;
         headers.insert(name, value);
     }
-    let mut transport_config =
-        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(headers);
-    if let Some(token) = bearer {
-        transport_config = transport_config.auth_header(token);
-    }
-    Ok(StreamableHttpClientTransport::from_config(transport_config))
+    Ok((headers, bearer))
 }
 
 /// Replaces every `${NAME}` with the environment variable `NAME`; a missing variable is a

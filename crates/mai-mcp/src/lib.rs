@@ -12,6 +12,7 @@
 mod connection;
 mod error;
 pub mod fetch;
+mod legacy_sse;
 mod manager;
 pub mod naming;
 mod proxy;

@@ -632,10 +632,9 @@ async fn tools_list_changed_refreshes_the_registry() {
     manager.shutdown();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn everything_over_streamable_http() {
+/// server-everything in one of its HTTP modes on a free port, once it says it listens.
+async fn everything_on_http(dir: &Path, mode: &str) -> (tokio::process::Child, u16) {
     use tokio::io::AsyncBufReadExt;
-    let dir = peers_or_skip!();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -643,7 +642,7 @@ async fn everything_over_streamable_http() {
         .port();
     let bin = dir.join("node/node_modules/.bin/mcp-server-everything");
     let mut server = tokio::process::Command::new(&bin)
-        .arg("streamableHttp")
+        .arg(mode)
         .env("PORT", port.to_string())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -654,7 +653,7 @@ async fn everything_over_streamable_http() {
     let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
     let listening = tokio::time::timeout(Duration::from_secs(30), async {
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("listening") {
+            if line.contains("listening") || line.contains("running on port") {
                 return true;
             }
         }
@@ -664,10 +663,16 @@ async fn everything_over_streamable_http() {
     assert_eq!(
         listening.ok(),
         Some(true),
-        "server-everything did not start its HTTP mode"
+        "server-everything did not start its {mode} mode"
     );
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (server, port)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_streamable_http() {
+    let dir = peers_or_skip!();
+    let (mut server, port) = everything_on_http(&dir, "streamableHttp").await;
     // `${HOME}` is set wherever cargo runs; the headers prove substitution and the bearer path
     // do not break the request (the server ignores both).
     let config = McpServerConfig {
@@ -707,6 +712,90 @@ async fn everything_over_streamable_http() {
     assert_eq!(result["text"], "Echo: over http");
     manager.shutdown();
     let _ = server.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_legacy_sse() {
+    let dir = peers_or_skip!();
+    let (mut server, port) = everything_on_http(&dir, "sse").await;
+    let config = McpServerConfig {
+        name: "old".into(),
+        transport: McpTransport::Sse,
+        command: None,
+        args: Vec::new(),
+        env: Default::default(),
+        url: Some(format!("http://127.0.0.1:{port}/sse")),
+        headers: [("Authorization".to_owned(), "Bearer test-token".to_owned())]
+            .into_iter()
+            .collect(),
+        startup_timeout_secs: 30,
+        call_timeout_secs: 30,
+    };
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&[config]).await;
+    assert_eq!(
+        state_of(&manager, "old"),
+        Some(ServerState::Ready),
+        "{:?}",
+        manager.status()
+    );
+    assert!(manager.tools().iter().any(|t| t.name == "mcp_old_echo"));
+    // Concurrent calls over the one event stream come back to their callers.
+    let calls = (0..5).map(|i| {
+        let manager = manager.clone();
+        async move {
+            manager
+                .call(
+                    "old",
+                    "echo",
+                    json!({"message": format!("sse {i}")}),
+                    &CancellationToken::new(),
+                )
+                .await
+                .unwrap()
+        }
+    });
+    let results = futures::future::join_all(calls).await;
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["text"], format!("Echo: sse {i}"));
+    }
+    manager.shutdown();
+    let _ = server.kill().await;
+}
+
+#[tokio::test]
+async fn a_legacy_sse_url_that_is_not_an_event_stream_fails_within_its_budget() {
+    // A plain HTTP server that answers 404 to everything: reported, never fatal.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+        }
+    });
+    let config = McpServerConfig {
+        name: "gone".into(),
+        transport: McpTransport::Sse,
+        command: None,
+        args: Vec::new(),
+        env: Default::default(),
+        url: Some(format!("http://127.0.0.1:{port}/sse")),
+        headers: Default::default(),
+        startup_timeout_secs: 2,
+        call_timeout_secs: 2,
+    };
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&[config]).await;
+    let status = manager.status();
+    assert_eq!(status[0].state, ServerState::Failed, "{status:?}");
+    let error = status[0].last_error.clone().unwrap();
+    assert!(error.contains("404"), "{error}");
+    manager.shutdown();
 }
 
 /// A server that records whether its slow call was cancelled (by `notifications/cancelled`).
@@ -779,5 +868,60 @@ async fn a_timed_out_call_sends_notifications_cancelled() {
             .is_err(),
         "no prefix matching"
     );
+    manager.shutdown();
+}
+
+/// A server of the first protocol revision only: the official SDK with its handshake versions cut
+/// down to 2024-11-05, so whatever the client offers, it counters with 2024-11-05.
+const OLD_PROTOCOL_SERVER: &str = r#"
+import anyio
+import mcp.types as types
+import mcp.server.runner as runner
+runner.HANDSHAKE_PROTOCOL_VERSIONS = ("2024-11-05",)
+runner.LATEST_HANDSHAKE_VERSION = "2024-11-05"
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name="hello", description="greets", input_schema={"type": "object", "properties": {"name": {"type": "string"}}})])
+
+async def call_tool(ctx, params):
+    return types.CallToolResult(content=[types.TextContent(type="text", text="hello " + params.arguments.get("name", "?"))])
+
+server = Server("old", version="0.1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+async def main():
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options())
+
+anyio.run(main)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_protocol_2024_11_05_works() {
+    let dir = peers_or_skip!();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = scratch.path().join("old.py");
+    std::fs::write(&script, OLD_PROTOCOL_SERVER).unwrap();
+    let python = dir.join("venv/bin/python");
+    let config = stdio("v1", python.to_string_lossy(), &[&script.to_string_lossy()]);
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&[config]).await;
+    assert_eq!(
+        state_of(&manager, "v1"),
+        Some(ServerState::Ready),
+        "{:?}",
+        manager.status()
+    );
+    let result = manager
+        .call(
+            "v1",
+            "hello",
+            json!({"name": "2024"}),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result["text"], "hello 2024");
     manager.shutdown();
 }
