@@ -1,1 +1,148 @@
-//! (being built)
+//! The inbound pipeline: the one path every chat channel (HTTP ingestion, OneBot, console) hands
+//! a received message to.
+//!
+//! For each message, in this order: store it in the embedded host (so memory search and the
+//! planner see it), resolve the sender's role in that stream from the live `[permission]` config
+//! (SYSTEM.md §3), then either run it as a `/maitask` (`/mt`) chat command — the reply is sent
+//! back **raw**, never polished (§8, §10) — or offer it as the answer to a task of that sender
+//! waiting in that stream (§5.4: one reply wakes exactly one task).
+//!
+//! Must not: decide permissions itself (the command facade checks roles and ownership), reach
+//! the store, or polish command replies.
+
+use serde::Serialize;
+
+use mai_core::host::{Delivery, Host};
+use mai_core::ids::{Owner, StreamId};
+use mai_core::permission::Speaker;
+use mai_core::role::Role;
+use mai_core::task::TaskId;
+use mai_engine::commands::handle_command;
+use mai_engine::error::EngineError;
+use mai_engine::manager::Caller;
+use mai_host::IncomingMessage;
+
+use crate::state::ServerState;
+
+/// What happened to a delivered message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Inbound {
+    /// It was a `/maitask` command; `reply` is what the command answered. `delivered` says
+    /// whether the reply reached the stream through a channel registered for its platform (a
+    /// program that feeds messages over HTTP without a channel gets the reply here instead).
+    Command {
+        stream_id: StreamId,
+        reply: String,
+        delivered: bool,
+    },
+    /// It answered the sender's oldest task waiting in this stream, which now resumes.
+    Answered { stream_id: StreamId, task_id: TaskId },
+    /// It was stored; nothing was waiting for it.
+    Stored { stream_id: StreamId },
+}
+
+impl Inbound {
+    /// The stream the message was stored in.
+    pub fn stream_id(&self) -> &StreamId {
+        match self {
+            Inbound::Command { stream_id, .. }
+            | Inbound::Answered { stream_id, .. }
+            | Inbound::Stored { stream_id } => stream_id,
+        }
+    }
+}
+
+/// Why a message could not be taken in.
+#[derive(Debug, thiserror::Error)]
+pub enum InboundError {
+    /// The message itself is malformed (the sender's fault: fix and resend).
+    #[error("{0}")]
+    Invalid(String),
+    /// The embedded host could not store it.
+    #[error(transparent)]
+    Host(#[from] mai_core::host::HostError),
+    /// The engine failed while waking a waiting task.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Takes in one message a channel received; see the module comment for the order of steps.
+pub async fn deliver(
+    state: &ServerState,
+    message: IncomingMessage,
+) -> Result<Inbound, InboundError> {
+    // Checked before storing, so a malformed sender is refused with a message saying which
+    // part is wrong rather than failing half-way inside the host.
+    let owner = Owner::person(&message.platform, &message.user_id)
+        .map_err(|e| InboundError::Invalid(format!("platform/user_id: {e}")))?;
+    if let Some(group_id) = &message.group_id
+        && (group_id.trim().is_empty() || group_id.contains(':'))
+    {
+        return Err(InboundError::Invalid(format!(
+            "group_id `{group_id}` must be non-empty and contain no `:`; omit it for a private chat"
+        )));
+    }
+    if message.text.trim().is_empty() {
+        return Err(InboundError::Invalid(
+            "text is empty; send the message's text".into(),
+        ));
+    }
+    let stored = state.host.ingest_message(&message).await?;
+    let stream_id = stored.stream_id;
+    let role = role_of(state, &message);
+    let caller = Caller {
+        owner: owner.clone(),
+        role,
+        stream_id: stream_id.clone(),
+        platform: message.platform.clone(),
+        group_id: message.group_id.clone(),
+    };
+    if let Some(reply) = handle_command(&state.engine, &caller, &message.text).await {
+        let delivered = send_raw(state, &stream_id, &reply).await;
+        return Ok(Inbound::Command {
+            stream_id,
+            reply,
+            delivered,
+        });
+    }
+    match state
+        .engine
+        .handle_user_reply(&owner, &stream_id, &message.text)
+        .await?
+    {
+        Some(task_id) => Ok(Inbound::Answered { stream_id, task_id }),
+        None => Ok(Inbound::Stored { stream_id }),
+    }
+}
+
+/// The sender's role in the message's stream, from the live config (a `[permission]` reload
+/// applies to the next message).
+fn role_of(state: &ServerState, message: &IncomingMessage) -> Role {
+    state
+        .engine
+        .config()
+        .load()
+        .permissions
+        .resolve(&Speaker {
+            platform: &message.platform,
+            user_id: &message.user_id,
+            group_id: message.group_id.as_deref(),
+        })
+}
+
+/// Sends a command reply as is. A failed send is logged, not an error: the command has already
+/// run, and the caller still gets the reply in the [`Inbound::Command`] it returns.
+async fn send_raw(state: &ServerState, stream: &StreamId, reply: &str) -> bool {
+    match state.host.send_text(stream, reply).await {
+        Ok(Delivery::Sent) => true,
+        Ok(Delivery::Rejected(why)) => {
+            tracing::debug!(%stream, %why, "command reply not delivered");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%stream, %error, "could not send a command reply");
+            false
+        }
+    }
+}

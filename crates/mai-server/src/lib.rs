@@ -8,6 +8,10 @@
 pub mod http;
 pub mod inbound;
 pub mod mcp;
+pub mod metrics;
 pub mod state;
 
+pub use http::{HttpOptions, router};
+pub use inbound::{Inbound, InboundError, deliver};
+pub use metrics::{MeteredModel, Metrics};
 pub use state::ServerState;

@@ -1,0 +1,280 @@
+//! The door of the HTTP API: every request except `GET /healthz` passes here first.
+//!
+//! In order: the `Host` header must name this server — a loopback name (`localhost`,
+//! `127.0.0.1`, `[::1]`, any port), the host of the listen address, or an entry of
+//! `[server] allowed_hosts` — so a web page that rebinds its own domain to 127.0.0.1 cannot talk
+//! to us (DNS rebinding); an `Origin` header, when a browser sends one, must be a loopback origin
+//! or in `allowed_origins`; then, when `auth_token` is set, `Authorization: Bearer <token>` must
+//! match it (compared in constant time); a declared body larger than `max_body_bytes` is
+//! refused before it is read. Must not: look at what the request asks for — that is the
+//! endpoints' business.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+
+/// What the guard checks against; built once from `[server]`.
+#[derive(Debug, Clone)]
+pub(crate) struct Guard {
+    token: Option<String>,
+    /// The host part of the listen address, when it is a specific address (not 0.0.0.0/[::]).
+    listen_host: Option<String>,
+    allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
+    max_body_bytes: usize,
+}
+
+impl Guard {
+    pub(crate) fn new(config: &mai_core::config::ServerConfig) -> Self {
+        let listen_host = config
+            .listen
+            .parse::<SocketAddr>()
+            .ok()
+            .map(|addr| addr.ip())
+            .filter(|ip| !ip.is_unspecified())
+            .map(|ip| match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            });
+        Guard {
+            token: config.auth_token.clone().filter(|t| !t.is_empty()),
+            listen_host,
+            allowed_hosts: config
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .collect(),
+            allowed_origins: config
+                .allowed_origins
+                .iter()
+                .map(|o| normalize_origin(o))
+                .collect(),
+            max_body_bytes: config.max_body_bytes,
+        }
+    }
+
+    fn check(&self, request: &Request) -> Result<(), ApiError> {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))
+            .ok_or_else(|| ApiError::bad_request("the request has no Host header"))?;
+        if !self.host_allowed(&host) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Host `{host}` is not this server's name; use localhost or add it to \
+                     [server] allowed_hosts"
+                ),
+            ));
+        }
+        if let Some(origin) = request.headers().get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("(not text)");
+            if !self.origin_allowed(origin) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "Origin `{origin}` may not call this API; add it to [server] \
+                         allowed_origins"
+                    ),
+                ));
+            }
+        }
+        if let Some(token) = &self.token {
+            let given = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|h| h.to_str().ok())
+                .and_then(bearer);
+            let Some(given) = given else {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "missing `Authorization: Bearer <token>` header ([server] auth_token is set)",
+                ));
+            };
+            // Constant time over the bytes; only the length can leak, which is not the secret.
+            if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "wrong bearer token; use [server] auth_token",
+                ));
+            }
+        }
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<u64>().ok());
+        if let Some(length) = declared
+            && length > self.max_body_bytes as u64
+        {
+            return Err(too_large(self.max_body_bytes));
+        }
+        Ok(())
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        let name = host_name(&host);
+        if is_loopback_name(name) {
+            return true;
+        }
+        if self.listen_host.as_deref() == Some(name) {
+            return true;
+        }
+        // An entry with a port must match exactly; one without matches that name on any port.
+        self.allowed_hosts
+            .iter()
+            .any(|allowed| *allowed == host || (host_name(allowed) == allowed && allowed == name))
+    }
+
+    fn origin_allowed(&self, origin: &str) -> bool {
+        let origin = normalize_origin(origin);
+        if self.allowed_origins.contains(&origin) {
+            return true;
+        }
+        match origin.split_once("://") {
+            Some(("http" | "https", authority)) => is_loopback_name(host_name(authority)),
+            _ => false,
+        }
+    }
+}
+
+pub(crate) fn too_large(max: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is larger than {max} bytes ([server] max_body_bytes)"),
+    )
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// `host[:port]` → `host` (an IPv6 literal keeps its brackets).
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return match authority.find(']') {
+            Some(end) => &authority[..=end],
+            None => authority,
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => authority,
+    }
+}
+
+fn is_loopback_name(name: &str) -> bool {
+    if name == "localhost" {
+        return true;
+    }
+    let literal = name.trim_start_matches('[').trim_end_matches(']');
+    literal.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn normalize_origin(origin: &str) -> String {
+    origin.trim().trim_end_matches('/').to_ascii_lowercase()
+}
+
+/// The middleware.
+pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    match guard.check(&request) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mai_core::config::ServerConfig;
+
+    fn guard_with(hosts: &[&str], origins: &[&str], listen: &str) -> Guard {
+        Guard::new(&ServerConfig {
+            listen: listen.into(),
+            allowed_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            allowed_origins: origins.iter().map(|o| (*o).to_owned()).collect(),
+            ..ServerConfig::default()
+        })
+    }
+
+    #[test]
+    fn hosts() {
+        let g = guard_with(&["bot.example.org", "api.example.org:8443"], &[], "10.0.0.5:8760");
+        for ok in [
+            "localhost",
+            "localhost:8760",
+            "127.0.0.1:1",
+            "[::1]:8760",
+            "[::1]",
+            "LOCALHOST:80",
+            "10.0.0.5:8760",
+            "10.0.0.5",
+            "bot.example.org",
+            "bot.example.org:9999",
+            "api.example.org:8443",
+        ] {
+            assert!(g.host_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8760",
+            "localhost.evil.example",
+            "api.example.org",
+            "api.example.org:80",
+            "10.0.0.6:8760",
+            "127.0.0.1.nip.io",
+        ] {
+            assert!(!g.host_allowed(bad), "{bad}");
+        }
+        let any = guard_with(&[], &[], "0.0.0.0:8760");
+        assert!(!any.host_allowed("0.0.0.0:8760"));
+        assert!(any.host_allowed("127.0.0.1:8760"));
+    }
+
+    #[test]
+    fn origins() {
+        let g = guard_with(&[], &["https://dash.example.org"], "127.0.0.1:8760");
+        for ok in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8443",
+            "https://dash.example.org",
+            "https://dash.example.org/",
+        ] {
+            assert!(g.origin_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "null",
+            "http://evil.example",
+            "https://dash.example.org:444",
+            "file://localhost",
+            "http://localhost.evil.example",
+        ] {
+            assert!(!g.origin_allowed(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bearer_scheme() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! The HTTP API of `mai-agent serve` (SYSTEM.md §10; reference: docs/http-api.md).
+//!
+//! Owns the route table, the options the router is built from, and the small endpoints
+//! (`/healthz`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in
+//! `planner`, ingestion in `messages`, the door (auth, Host/Origin, body size) in `guard`, and
+//! the error body in `error`. Everything but `GET /healthz` is behind the guard, including the
+//! MCP router nested at `/mcp`. Must not: reach the store, or decide permissions (the engine's
+//! facade does).
+
+mod error;
+mod guard;
+mod messages;
+mod planner;
+mod tasks;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use serde_json::json;
+use tower_http::limit::RequestBodyLimitLayer;
+
+use mai_core::config::ServerConfig;
+
+use crate::metrics::{self, Metrics};
+use crate::state::ServerState;
+use error::ApiError;
+
+/// The OpenAPI 3.1 description of every endpoint, served at `GET /openapi.json`.
+pub const OPENAPI_JSON: &str = include_str!("openapi.json");
+
+/// What the router is built from.
+#[derive(Clone)]
+pub struct HttpOptions {
+    /// `[server]`: auth token, allowed hosts and origins, body limit, listen address.
+    pub config: ServerConfig,
+    /// The MCP server's router, nested at `/mcp` behind the same guard; `None` serves no MCP.
+    pub mcp: Option<Router>,
+    /// Where `/metrics` comes from. The binary passes the same value whose
+    /// [`Metrics::meter`] wrapped the engine's model, so model latency shows up.
+    pub metrics: Metrics,
+}
+
+impl HttpOptions {
+    /// Options from `[server]`, with no MCP router and fresh metrics.
+    pub fn new(config: ServerConfig) -> Self {
+        HttpOptions {
+            config,
+            mcp: None,
+            metrics: Metrics::new(),
+        }
+    }
+}
+
+/// What every handler gets.
+#[derive(Clone)]
+pub(crate) struct Api {
+    pub state: ServerState,
+    pub metrics: Metrics,
+}
+
+/// One route: method, path template, handler.
+type Route = (Method, &'static str, MethodRouter<Api>);
+
+/// The route table: the one list the router is built from and the OpenAPI test checks.
+fn route_table() -> Vec<Route> {
+    vec![
+        (Method::GET, "/healthz", get(healthz)),
+        (Method::GET, "/metrics", get(metrics_text)),
+        (Method::GET, "/openapi.json", get(openapi)),
+        (Method::GET, "/v1/tasks", get(tasks::list)),
+        (Method::POST, "/v1/tasks", post(tasks::create)),
+        (Method::GET, "/v1/tasks/{id}", get(tasks::get)),
+        (Method::POST, "/v1/tasks/{id}/cancel", post(tasks::cancel)),
+        (Method::POST, "/v1/tasks/{id}/inject", post(tasks::inject)),
+        (Method::GET, "/v1/tasks/{id}/history", get(tasks::history)),
+        (Method::POST, "/v1/messages", post(messages::post)),
+        (
+            Method::POST,
+            "/v1/planner/tools/{name}",
+            post(planner::call_tool),
+        ),
+        (Method::GET, "/v1/planner/board", get(planner::board)),
+    ]
+}
+
+/// Every `(method, path)` the router serves (path templates as in OpenAPI, `{id}`), `/mcp`
+/// excluded (it is the MCP server's).
+pub fn routes() -> Vec<(Method, &'static str)> {
+    route_table()
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .collect()
+}
+
+/// The paths that bypass the guard: health checks come from load balancers and supervisors
+/// that know neither the token nor our host name, and reveal nothing.
+const UNGUARDED: [&str; 1] = ["/healthz"];
+
+/// The HTTP API router. Starts counting engine events into `options.metrics`.
+pub fn router(state: ServerState, options: HttpOptions) -> Router {
+    options.metrics.follow(&state.engine);
+    let max_body = options.config.max_body_bytes;
+    let guard = Arc::new(guard::Guard::new(&options.config));
+    let api = Api {
+        state,
+        metrics: options.metrics,
+    };
+    let mut open = Router::new();
+    let mut guarded = Router::new();
+    for (_, path, handler) in route_table() {
+        if UNGUARDED.contains(&path) {
+            open = open.route(path, handler);
+        } else {
+            guarded = guarded.route(path, handler);
+        }
+    }
+    if let Some(mcp) = options.mcp {
+        guarded = guarded.nest_service("/mcp", mcp);
+    }
+    let guarded = guarded
+        .fallback(error::no_such_route)
+        .method_not_allowed_fallback(error::wrong_method)
+        // Extractors read at most this much (axum's own default is 2 MiB) …
+        .layer(DefaultBodyLimit::max(max_body))
+        // … and so does everything else, chunked bodies and /mcp included.
+        .layer(RequestBodyLimitLayer::new(max_body))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::guard));
+    open.method_not_allowed_fallback(error::wrong_method)
+        .merge(guarded)
+        .with_state(api)
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}))
+}
+
+async fn metrics_text(State(api): State<Api>) -> Result<Response, ApiError> {
+    let text = api.metrics.render(&api.state.engine).await?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        text,
+    )
+        .into_response())
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_in_the_openapi_document_and_nothing_else_is() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        assert_eq!(doc["openapi"].as_str().unwrap().get(..3), Some("3.1"));
+        let paths = doc["paths"].as_object().unwrap();
+        let mut documented = Vec::new();
+        for (path, item) in paths {
+            for method in item.as_object().unwrap().keys() {
+                if ["get", "post", "put", "patch", "delete"].contains(&method.as_str()) {
+                    documented.push((method.to_uppercase(), path.clone()));
+                }
+            }
+        }
+        for (method, path) in routes() {
+            let entry = (method.as_str().to_owned(), path.to_owned());
+            assert!(documented.contains(&entry), "{entry:?} is not in openapi.json");
+        }
+        for (method, path) in &documented {
+            if path == "/mcp" {
+                continue;
+            }
+            assert!(
+                routes()
+                    .iter()
+                    .any(|(m, p)| m.as_str() == method && p == path),
+                "openapi.json documents {method} {path}, which the router does not serve"
+            );
+        }
+    }
+}

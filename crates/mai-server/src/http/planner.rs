@@ -1,0 +1,182 @@
+//! `/v1/planner/…`: the planner tools with an explicit host context envelope, and the planner
+//! board (SYSTEM.md §7, §10).
+//!
+//! A host that is not an MCP client calls a planner tool here with the tool's `arguments` and
+//! the conversation it is in (`context`). The context's `chat_id` is injected into the arguments
+//! as the host-injected `chat_id` stream isolation checks, and it **wins** over a `chat_id` the
+//! arguments carry (the arguments come from the model; the context from the host). For the
+//! `subagent_*` tools, whose `platform`/`group_id` are host context too, those are injected the
+//! same way; other tools keep theirs, because there `platform`/`group_id` choose a target.
+//! Must not: run a tool outside `call_planner_tool` (the registry's gates), or build its own
+//! notion of the planner's identity.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use mai_core::role::Role;
+use mai_core::tool::OutcomeKind;
+use mai_engine::planner::call_planner_tool;
+
+use super::Api;
+use super::error::{ApiError, JsonBody, PathParams, QueryParams};
+
+/// The host's conversation context of a planner call.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HostContext {
+    /// The current conversation's stream id.
+    chat_id: Option<String>,
+    platform: Option<String>,
+    /// The person who spoke (informational: planner calls run as the planner, not as them).
+    #[allow(dead_code)]
+    user_id: Option<String>,
+    group_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ToolCallBody {
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(default)]
+    context: Option<HostContext>,
+}
+
+/// The arguments a tool gets: the model's, with the host context written over them.
+fn with_context(name: &str, arguments: Option<Value>, context: HostContext) -> Result<Value, ApiError> {
+    let mut arguments = match arguments {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "arguments: must be a JSON object of the tool's parameters, got {}",
+                kind_of(&other)
+            )));
+        }
+    };
+    let mut inject = |key: &str, value: Option<String>| {
+        if let Some(value) = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) {
+            arguments.insert(key.to_owned(), Value::String(value));
+        }
+    };
+    inject("chat_id", context.chat_id);
+    if name.starts_with("subagent_") {
+        inject("platform", context.platform);
+        inject("group_id", context.group_id);
+    }
+    Ok(Value::Object(arguments))
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// `POST /v1/planner/tools/{name}`. The HTTP status says whether the call reached the tool:
+/// 200 when it ran (the body is what it answered, `{"success": false, "error": …}` included —
+/// that is a result for the model, e.g. a stream-isolation refusal), 422 when the arguments do
+/// not match the tool's schema, 404 for an unknown tool. `X-Tool-Outcome` carries the kind.
+pub(crate) async fn call_tool(
+    State(api): State<Api>,
+    PathParams(name): PathParams<String>,
+    JsonBody(body): JsonBody<ToolCallBody>,
+) -> Result<Response, ApiError> {
+    if api.state.planner.get(&name).is_none() {
+        let names = api.state.planner.names(Role::Admin);
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown planner tool `{name}`; use one of: {}", names.join(", ")),
+        )
+        .with("tools", json!(names.to_vec())));
+    }
+    let arguments = with_context(&name, body.arguments, body.context.unwrap_or_default())?;
+    let outcome = call_planner_tool(&api.state.engine, &api.state.planner, &name, arguments).await;
+    let status = match outcome.kind {
+        OutcomeKind::Ok | OutcomeKind::Failed => StatusCode::OK,
+        OutcomeKind::InvalidArguments => StatusCode::UNPROCESSABLE_ENTITY,
+        OutcomeKind::UnknownTool => StatusCode::NOT_FOUND,
+        OutcomeKind::PermissionDenied => StatusCode::FORBIDDEN,
+    };
+    let mut response = (status, Json(outcome.value)).into_response();
+    response.headers_mut().insert(
+        "x-tool-outcome",
+        HeaderValue::from_static(outcome.kind.as_str()),
+    );
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BoardQuery {
+    stream_id: String,
+    /// The host's planner session; the introduction is given once per session.
+    session: Option<String>,
+}
+
+/// `GET /v1/planner/board`: the context block for the next planner request, or `null` when
+/// there is nothing new.
+pub(crate) async fn board(
+    State(api): State<Api>,
+    QueryParams(query): QueryParams<BoardQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let stream = mai_core::ids::StreamId::new(query.stream_id.trim())
+        .map_err(|e| ApiError::bad_request(format!("stream_id: {e}")))?;
+    let session = query
+        .session
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".to_owned());
+    let board = api.state.engine.planner_board(&stream, &session).await?;
+    Ok(Json(json!({
+        "stream_id": stream,
+        "session": session,
+        "board": board,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_wins_and_only_subagent_tools_take_platform_and_group() {
+        let context = || HostContext {
+            chat_id: Some("A".into()),
+            platform: Some("qq".into()),
+            user_id: Some("1".into()),
+            group_id: Some("42".into()),
+        };
+        let args = with_context(
+            "subagent_list",
+            Some(json!({"stream_id": "B", "chat_id": "B", "group_id": "7"})),
+            context(),
+        )
+        .unwrap();
+        assert_eq!(
+            args,
+            json!({"stream_id": "B", "chat_id": "A", "platform": "qq", "group_id": "42"})
+        );
+        let args = with_context(
+            "send_message",
+            Some(json!({"text": "hi", "group_id": "7"})),
+            context(),
+        )
+        .unwrap();
+        assert_eq!(args, json!({"text": "hi", "group_id": "7", "chat_id": "A"}));
+        assert!(with_context("send_message", Some(json!([1])), context()).is_err());
+        assert_eq!(
+            with_context("list_mcp_tools", None, HostContext::default()).unwrap(),
+            json!({})
+        );
+    }
+}

@@ -1,0 +1,439 @@
+//! Prometheus metrics of a running service (`GET /metrics`), on the official client
+//! (`prometheus-client`, OpenMetrics text exposition).
+//!
+//! Owns the metric families and how they are fed: agent rounds and tool calls are counted from
+//! the engine's event stream ([`Metrics::follow`]), model latency by the [`MeteredModel`]
+//! decorator the binary wraps around the model before building the engine, and tasks by state
+//! are read through the task manager facade at scrape time (the store is the truth, events are
+//! best-effort). Must not: reach the store directly, or block the engine (a slow scrape never
+//! holds up an event sender: the broadcast channel buffers).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::sync::{Notify, broadcast};
+
+use mai_core::ids::{Owner, StreamId};
+use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, StreamDelta};
+use mai_core::role::Role;
+use mai_core::store::TaskFilter;
+use mai_core::task::TaskStatus;
+use mai_engine::engine::Engine;
+use mai_engine::error::EngineError;
+use mai_engine::events::TaskEvent;
+use mai_engine::manager::Caller;
+
+/// The content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Active states, gauged at scrape time. Terminal states grow without bound, so they are
+/// counted as transitions (`mai_tasks_finished_total`) instead of listed from the store.
+const ACTIVE_STATES: [TaskStatus; 5] = [
+    TaskStatus::Scheduled,
+    TaskStatus::Pending,
+    TaskStatus::Running,
+    TaskStatus::WaitingInput,
+    TaskStatus::Paused,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    purpose: String,
+    outcome: String,
+}
+
+type HistogramFamily = Family<ModelLabels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 50 ms … ~100 s: title calls are fast, agent rounds with long answers are slow.
+    Histogram::new(exponential_buckets(0.05, 2.0, 12))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Counters stay consistent whatever a panicking holder was doing.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The service's metrics. Cheap to clone; all clones feed and render the same families.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    tasks: Family<StateLabels, Gauge>,
+    finished: Family<StateLabels, Counter>,
+    rounds: Counter,
+    tool_calls: Family<ToolLabels, Counter>,
+    model_latency: HistogramFamily,
+    lagged: Counter,
+    /// The engine's event stream, once [`Metrics::follow`] was called.
+    feed: Mutex<Option<Arc<EventFeed>>>,
+    /// Serializes setting the task gauges and encoding, so two scrapes never interleave.
+    render: tokio::sync::Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mai");
+        let tasks = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "tasks",
+            "Tasks in each active state, read from the task store at scrape time",
+            tasks.clone(),
+        );
+        let finished = Family::<StateLabels, Counter>::default();
+        registry.register(
+            "tasks_finished",
+            "Tasks that reached a terminal state (completed, failed, cancelled) since start",
+            finished.clone(),
+        );
+        let rounds = Counter::default();
+        registry.register(
+            "agent_rounds",
+            "Agent-loop rounds started since start",
+            rounds.clone(),
+        );
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "Agent-loop tool calls since start, by tool and outcome (ok or error)",
+            tool_calls.clone(),
+        );
+        let model_latency: HistogramFamily =
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "model_request_duration_seconds",
+            "Model call latency, by purpose (agent, replyer, title) and outcome (ok or error)",
+            model_latency.clone(),
+        );
+        let lagged = Counter::default();
+        registry.register(
+            "events_missed",
+            "Engine events the metrics missed because they fell behind (counts are then low)",
+            lagged.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                tasks,
+                finished,
+                rounds,
+                tool_calls,
+                model_latency,
+                lagged,
+                feed: Mutex::new(None),
+                render: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Wraps a model so every call's latency is measured; the binary installs this when it
+    /// builds the engine.
+    pub fn meter(&self, model: Arc<dyn ChatModel>) -> Arc<dyn ChatModel> {
+        Arc::new(MeteredModel {
+            inner: model,
+            metrics: self.clone(),
+        })
+    }
+
+    /// Starts counting `engine`'s events. Idempotent: only the first engine is followed (so the
+    /// router and the binary may both call it without counting twice). Events are consumed in
+    /// the background when a tokio runtime is running, and in any case at each render.
+    pub fn follow(&self, engine: &Engine) {
+        let mut feed = lock(&self.inner.feed);
+        if feed.is_some() {
+            return;
+        }
+        let new = Arc::new(EventFeed {
+            events: tokio::sync::Mutex::new(engine.subscribe()),
+            render_wants_it: Notify::new(),
+        });
+        *feed = Some(new.clone());
+        drop(feed);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(new.run(self.clone()));
+        }
+    }
+
+    /// The metrics in OpenMetrics text format. Every engine event emitted before this call is
+    /// counted (pending events are drained first), so a scrape right after a task finished
+    /// shows its rounds and tool calls.
+    pub async fn render(&self, engine: &Engine) -> Result<String, EngineError> {
+        let _one_render = self.inner.render.lock().await;
+        let feed = lock(&self.inner.feed).clone();
+        if let Some(feed) = feed {
+            feed.drain(self).await;
+        }
+        self.count_tasks(engine).await?;
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
+            .map_err(|e| EngineError::Internal(format!("could not encode metrics: {e}")))?;
+        Ok(out)
+    }
+
+    async fn count_tasks(&self, engine: &Engine) -> Result<(), EngineError> {
+        let reader = metrics_reader()?;
+        let filter = TaskFilter {
+            statuses: ACTIVE_STATES.to_vec(),
+            ..TaskFilter::default()
+        };
+        let tasks = engine.list(&reader, filter).await?;
+        for state in ACTIVE_STATES {
+            let count = tasks.iter().filter(|t| t.status == state).count();
+            self.inner
+                .tasks
+                .get_or_create(&StateLabels {
+                    state: state.as_str().to_owned(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        Ok(())
+    }
+
+    fn observe(&self, event: &TaskEvent) {
+        match event {
+            TaskEvent::Round { .. } => {
+                self.inner.rounds.inc();
+            }
+            TaskEvent::ToolResult { tool, ok, .. } => {
+                self.inner
+                    .tool_calls
+                    .get_or_create(&ToolLabels {
+                        tool: tool.clone(),
+                        outcome: outcome(*ok).to_owned(),
+                    })
+                    .inc();
+            }
+            TaskEvent::Status { status, .. } if status.is_terminal() => {
+                self.inner
+                    .finished
+                    .get_or_create(&StateLabels {
+                        state: status.as_str().to_owned(),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+
+    fn observe_model_call(&self, purpose: &str, ok: bool, seconds: f64) {
+        self.inner
+            .model_latency
+            .get_or_create(&ModelLabels {
+                purpose: purpose.to_owned(),
+                outcome: outcome(ok).to_owned(),
+            })
+            .observe(seconds);
+    }
+}
+
+fn outcome(ok: bool) -> &'static str {
+    if ok { "ok" } else { "error" }
+}
+
+/// Metrics read every task (as admin); the owner only names the reader.
+fn metrics_reader() -> Result<Caller, EngineError> {
+    let stream = StreamId::new("metrics").map_err(|e| EngineError::Internal(e.to_string()))?;
+    Ok(Caller {
+        owner: Owner::planner(stream.clone()),
+        role: Role::Admin,
+        stream_id: stream,
+        platform: String::new(),
+        group_id: None,
+    })
+}
+
+/// The engine's event stream, consumed by a background task and, at each render, drained by
+/// the renderer (which asks the background task to let go of it first).
+struct EventFeed {
+    events: tokio::sync::Mutex<broadcast::Receiver<TaskEvent>>,
+    render_wants_it: Notify,
+}
+
+impl EventFeed {
+    async fn run(self: Arc<Self>, metrics: Metrics) {
+        loop {
+            let mut events = self.events.lock().await;
+            tokio::select! {
+                biased;
+                // Release the receiver; tokio's mutex is fair, so the renderer gets it next.
+                () = self.render_wants_it.notified() => {}
+                received = events.recv() => match received {
+                    Ok(event) => metrics.observe(&event),
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        metrics.inner.lagged.inc_by(missed);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    async fn drain(&self, metrics: &Metrics) {
+        self.render_wants_it.notify_one();
+        let mut events = self.events.lock().await;
+        loop {
+            match events.try_recv() {
+                Ok(event) => metrics.observe(&event),
+                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                    metrics.inner.lagged.inc_by(missed);
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// A [`ChatModel`] that measures how long each call of the model it wraps takes.
+pub struct MeteredModel {
+    inner: Arc<dyn ChatModel>,
+    metrics: Metrics,
+}
+
+impl MeteredModel {
+    pub fn new(inner: Arc<dyn ChatModel>, metrics: Metrics) -> Self {
+        MeteredModel { inner, metrics }
+    }
+}
+
+#[async_trait]
+impl ChatModel for MeteredModel {
+    async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, ModelError> {
+        let started = Instant::now();
+        let result = self.inner.complete(req).await;
+        self.metrics.observe_model_call(
+            req.purpose.as_str(),
+            result.is_ok(),
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+
+    async fn complete_streaming(
+        &self,
+        req: &ChatRequest,
+        on_delta: &mut (dyn FnMut(StreamDelta) + Send),
+    ) -> Result<ChatResponse, ModelError> {
+        let started = Instant::now();
+        let result = self.inner.complete_streaming(req, on_delta).await;
+        self.metrics.observe_model_call(
+            req.purpose.as_str(),
+            result.is_ok(),
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mai_core::model::{ChatMessage, ModelPurpose};
+
+    struct Echo;
+
+    #[async_trait]
+    impl ChatModel for Echo {
+        async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, ModelError> {
+            if req.messages.is_empty() {
+                return Err(ModelError::Config {
+                    message: "no messages".into(),
+                });
+            }
+            Ok(ChatResponse::text("hi"))
+        }
+    }
+
+    fn encode(metrics: &Metrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &metrics.inner.registry).unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn metered_model_records_latency_by_purpose_and_outcome() {
+        let metrics = Metrics::new();
+        let model = metrics.meter(Arc::new(Echo));
+        let ok = ChatRequest::new(ModelPurpose::Title, vec![ChatMessage::user("x")]);
+        let bad = ChatRequest::new(ModelPurpose::Agent, vec![]);
+        assert!(model.complete(&ok).await.is_ok());
+        assert!(model.complete(&bad).await.is_err());
+        let text = encode(&metrics);
+        assert!(
+            text.contains(
+                "mai_model_request_duration_seconds_count{purpose=\"title\",outcome=\"ok\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "mai_model_request_duration_seconds_count{purpose=\"agent\",outcome=\"error\"} 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn events_feed_the_counters() {
+        let metrics = Metrics::new();
+        let id = mai_core::task::TaskId::new();
+        metrics.observe(&TaskEvent::Round {
+            task_id: id,
+            round: 1,
+        });
+        metrics.observe(&TaskEvent::ToolResult {
+            task_id: id,
+            round: 1,
+            tool: "search_memory".into(),
+            ok: false,
+            preview: String::new(),
+        });
+        metrics.observe(&TaskEvent::Status {
+            task_id: id,
+            status: TaskStatus::Completed,
+            reason: "done".into(),
+        });
+        metrics.observe(&TaskEvent::Status {
+            task_id: id,
+            status: TaskStatus::Running,
+            reason: "started".into(),
+        });
+        let text = encode(&metrics);
+        assert!(text.contains("mai_agent_rounds_total 1"), "{text}");
+        assert!(
+            text.contains("mai_tool_calls_total{tool=\"search_memory\",outcome=\"error\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mai_tasks_finished_total{state=\"completed\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("state=\"running\"} 1"), "{text}");
+    }
+}
