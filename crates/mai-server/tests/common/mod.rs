@@ -1,0 +1,229 @@
+//! A real service for the front-door tests: an engine over a SQLite file, the embedded host
+//! over another, a scripted model wrapped in the metrics decorator, the planner registry, a
+//! recording channel for platform `qq`, and (for HTTP tests) the router served on 127.0.0.1:0.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mai_core::clock::SystemClock;
+use mai_core::config::{Config, LiveConfig, ServerConfig};
+use mai_core::host::{Delivery, HostError, StreamInfo};
+use mai_core::model::{ChatResponse, ToolCall};
+use mai_core::task::{TaskId, TaskStatus};
+use mai_core::tool::ToolRegistry;
+use mai_engine::engine::{Engine, EngineDeps};
+use mai_engine::events::TaskEvent;
+use mai_engine::planner::planner_registry;
+use mai_engine::prompts::Prompts;
+use mai_host::{ChannelSender, EmbeddedConfig, EmbeddedHost, IncomingMessage};
+use mai_llm::ScriptedModel;
+use mai_server::{HttpOptions, Metrics, ServerState};
+use mai_store::SqliteStore;
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+
+/// A channel that records what the bot sent, and hands each message to the test as it is sent.
+pub struct RecordingChannel {
+    pub sent: Mutex<Vec<(String, String)>>,
+    notify: mpsc::UnboundedSender<(String, String)>,
+}
+
+#[async_trait]
+impl ChannelSender for RecordingChannel {
+    async fn send(&self, stream: &StreamInfo, text: &str) -> Result<Delivery, HostError> {
+        let entry = (stream.stream_id.to_string(), text.to_owned());
+        self.sent.lock().unwrap().push(entry.clone());
+        let _ = self.notify.send(entry);
+        Ok(Delivery::Sent)
+    }
+}
+
+pub struct Service {
+    pub dir: tempfile::TempDir,
+    pub state: ServerState,
+    pub model: Arc<ScriptedModel>,
+    pub metrics: Metrics,
+    pub channel: Arc<RecordingChannel>,
+    /// Messages the bot sent, in order.
+    pub outbox: mpsc::UnboundedReceiver<(String, String)>,
+    pub events: broadcast::Receiver<TaskEvent>,
+}
+
+pub fn test_config() -> Config {
+    let mut config = Config::default();
+    config.polish.enabled = false;
+    config.send.retry_base_ms = 1;
+    config.permission.users = vec!["qq:user".into(), "qq:other".into()];
+    config.permission.admins = vec!["qq:admin".into()];
+    config
+}
+
+impl Service {
+    pub async fn start(model: ScriptedModel) -> Service {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let model = Arc::new(model);
+        let host = Arc::new(
+            EmbeddedHost::open(dir.path().join("host.db"), EmbeddedConfig::default())
+                .await
+                .unwrap(),
+        );
+        let (notify, outbox) = mpsc::unbounded_channel();
+        let channel = Arc::new(RecordingChannel {
+            sent: Mutex::new(Vec::new()),
+            notify,
+        });
+        host.register_channel("qq", channel.clone());
+        let store = SqliteStore::open(dir.path().join("tasks.db")).await.unwrap();
+        let engine = Engine::new(EngineDeps {
+            store: Arc::new(store),
+            model: metrics.meter(model.clone()),
+            host: host.clone(),
+            registry: Arc::new(ToolRegistry::new()),
+            config: Arc::new(LiveConfig::new(test_config()).unwrap()),
+            prompts: Arc::new(Prompts::embedded()),
+            clock: Arc::new(SystemClock),
+            files_root: None,
+        })
+        .await
+        .unwrap();
+        let events = engine.subscribe();
+        engine.start().await.unwrap();
+        let planner = Arc::new(planner_registry(&engine, None).unwrap());
+        Service {
+            dir,
+            state: ServerState {
+                engine,
+                host,
+                planner,
+            },
+            model,
+            metrics,
+            channel,
+            outbox,
+            events,
+        }
+    }
+
+    /// Stores a message so the host knows the stream (sends need a known stream).
+    pub async fn say(&self, user: &str, group: Option<&str>, text: &str) -> mai_server::Inbound {
+        mai_server::deliver(&self.state, message(user, group, text))
+            .await
+            .unwrap()
+    }
+
+    /// The next message the bot sent (bounded wait).
+    pub async fn next_sent(&mut self) -> (String, String) {
+        tokio::time::timeout(Duration::from_secs(20), self.outbox.recv())
+            .await
+            .expect("timed out waiting for the bot to send a message")
+            .expect("channel closed")
+    }
+
+    pub async fn wait_for(&mut self, what: &str, pred: impl Fn(&TaskEvent) -> bool) -> TaskEvent {
+        let events = &mut self.events;
+        tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match events.recv().await {
+                    Ok(event) if pred(&event) => return event,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => panic!("events closed"),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    }
+
+    pub async fn wait_status(&mut self, id: TaskId, status: TaskStatus) {
+        self.wait_for(&format!("{id} {status}"), |e| {
+            matches!(e, TaskEvent::Status { task_id, status: s, .. } if *task_id == id && *s == status)
+        })
+        .await;
+    }
+}
+
+pub fn message(user: &str, group: Option<&str>, text: &str) -> IncomingMessage {
+    IncomingMessage {
+        platform: "qq".into(),
+        stream_id: None,
+        group_id: group.map(str::to_owned),
+        group_name: group.map(|g| format!("group {g}")),
+        user_id: user.into(),
+        sender_name: user.into(),
+        text: text.into(),
+        at: chrono::Utc::now(),
+    }
+}
+
+/// An agent response that calls one tool.
+pub fn call(tool: &str, args: serde_json::Value) -> ChatResponse {
+    ChatResponse::tool_calls("", vec![ToolCall::new(format!("call_{tool}"), tool, args)])
+}
+
+pub fn ask(question: &str) -> ChatResponse {
+    call("ask_user", json!({ "question": question }))
+}
+
+/// The router of `service`, served on 127.0.0.1:0.
+pub struct Served {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub token: Option<String>,
+}
+
+pub const TOKEN: &str = "s3cret-token";
+
+pub fn server_config() -> ServerConfig {
+    ServerConfig {
+        auth_token: Some(TOKEN.into()),
+        max_body_bytes: 4096,
+        ..ServerConfig::default()
+    }
+}
+
+pub async fn serve(service: &Service, mut options: HttpOptions) -> Served {
+    options.metrics = service.metrics.clone();
+    let token = options.config.auth_token.clone();
+    let router = mai_server::router(service.state.clone(), options);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Served {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+        token,
+    }
+}
+
+impl Served {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.auth(self.client.get(self.url(path)))
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.auth(self.client.post(self.url(path)))
+    }
+
+    fn auth(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
+/// Status and JSON body of a response.
+pub async fn json_of(response: reqwest::Response) -> (u16, serde_json::Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let value = serde_json::from_str(&text)
+        .unwrap_or_else(|_| panic!("status {status}: body is not JSON: {text}"));
+    (status, value)
+}
