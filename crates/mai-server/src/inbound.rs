@@ -37,7 +37,10 @@ pub enum Inbound {
         delivered: bool,
     },
     /// It answered the sender's oldest task waiting in this stream, which now resumes.
-    Answered { stream_id: StreamId, task_id: TaskId },
+    Answered {
+        stream_id: StreamId,
+        task_id: TaskId,
+    },
     /// It was stored; nothing was waiting for it.
     Stored { stream_id: StreamId },
 }
@@ -119,16 +122,11 @@ pub async fn deliver(
 /// The sender's role in the message's stream, from the live config (a `[permission]` reload
 /// applies to the next message).
 fn role_of(state: &ServerState, message: &IncomingMessage) -> Role {
-    state
-        .engine
-        .config()
-        .load()
-        .permissions
-        .resolve(&Speaker {
-            platform: &message.platform,
-            user_id: &message.user_id,
-            group_id: message.group_id.as_deref(),
-        })
+    state.engine.config().load().permissions.resolve(&Speaker {
+        platform: &message.platform,
+        user_id: &message.user_id,
+        group_id: message.group_id.as_deref(),
+    })
 }
 
 /// Sends a command reply as is. A failed send is logged, not an error: the command has already

@@ -105,7 +105,10 @@ async fn a_reply_wakes_exactly_one_waiting_task_and_others_wake_nothing() {
         // One at a time, so "oldest waiting" is well defined.
         let id = *ids.last().unwrap();
         service
-            .wait_for("question", |e| matches!(e, TaskEvent::Question { task_id, .. } if *task_id == id))
+            .wait_for(
+                "question",
+                |e| matches!(e, TaskEvent::Question { task_id, .. } if *task_id == id),
+            )
             .await;
     }
     // Another person in the same group, and the same person elsewhere: nothing wakes.

@@ -192,7 +192,11 @@ fn normalize_origin(origin: &str) -> String {
 }
 
 /// The middleware.
-pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
     match guard.check(&request) {
         Ok(()) => next.run(request).await,
         Err(refusal) => refusal.into_response(),
@@ -215,7 +219,11 @@ mod tests {
 
     #[test]
     fn hosts() {
-        let g = guard_with(&["bot.example.org", "api.example.org:8443"], &[], "10.0.0.5:8760");
+        let g = guard_with(
+            &["bot.example.org", "api.example.org:8443"],
+            &[],
+            "10.0.0.5:8760",
+        );
         for ok in [
             "localhost",
             "localhost:8760",

@@ -171,7 +171,10 @@ mod tests {
         }
         for (method, path) in routes() {
             let entry = (method.as_str().to_owned(), path.to_owned());
-            assert!(documented.contains(&entry), "{entry:?} is not in openapi.json");
+            assert!(
+                documented.contains(&entry),
+                "{entry:?} is not in openapi.json"
+            );
         }
         for (method, path) in &documented {
             if path == "/mcp" {

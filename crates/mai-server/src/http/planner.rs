@@ -47,7 +47,11 @@ pub(crate) struct ToolCallBody {
 }
 
 /// The arguments a tool gets: the model's, with the host context written over them.
-fn with_context(name: &str, arguments: Option<Value>, context: HostContext) -> Result<Value, ApiError> {
+fn with_context(
+    name: &str,
+    arguments: Option<Value>,
+    context: HostContext,
+) -> Result<Value, ApiError> {
     let mut arguments = match arguments {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(map)) => map,
@@ -95,7 +99,10 @@ pub(crate) async fn call_tool(
         let names = api.state.planner.names(Role::Admin);
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("unknown planner tool `{name}`; use one of: {}", names.join(", ")),
+            format!(
+                "unknown planner tool `{name}`; use one of: {}",
+                names.join(", ")
+            ),
         )
         .with("tools", json!(names.to_vec())));
     }

@@ -164,11 +164,17 @@ pub(crate) async fn create(
         Some(user_id) => {
             let owner = Owner::person(&platform, user_id.trim())
                 .map_err(|e| ApiError::bad_request(format!("user_id: {e}")))?;
-            let role = api.state.engine.config().load().permissions.resolve(&Speaker {
-                platform: &platform,
-                user_id: user_id.trim(),
-                group_id: group_id.as_deref(),
-            });
+            let role = api
+                .state
+                .engine
+                .config()
+                .load()
+                .permissions
+                .resolve(&Speaker {
+                    platform: &platform,
+                    user_id: user_id.trim(),
+                    group_id: group_id.as_deref(),
+                });
             Caller {
                 owner,
                 role,
@@ -220,7 +226,9 @@ pub(crate) async fn cancel(
         .await?;
     // A running task stops at its next await: say so rather than claim it is cancelled.
     let stopping = after.status == TaskStatus::Running;
-    Ok(Json(json!({ "task": task_view(&after)?, "stopping": stopping })))
+    Ok(Json(
+        json!({ "task": task_view(&after)?, "stopping": stopping }),
+    ))
 }
 
 #[derive(Debug, Deserialize)]

@@ -76,7 +76,9 @@ impl Service {
             notify,
         });
         host.register_channel("qq", channel.clone());
-        let store = SqliteStore::open(dir.path().join("tasks.db")).await.unwrap();
+        let store = SqliteStore::open(dir.path().join("tasks.db"))
+            .await
+            .unwrap();
         let engine = Engine::new(EngineDeps {
             store: Arc::new(store),
             model: metrics.meter(model.clone()),
