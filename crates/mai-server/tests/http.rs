@@ -845,3 +845,55 @@ async fn every_documented_route_is_served_and_mcp_sits_behind_the_guard() {
         .unwrap();
     assert_eq!(response.status(), 403);
 }
+
+#[tokio::test]
+async fn the_person_a_planner_task_is_for_answers_it_through_the_messages_endpoint() {
+    let model = ScriptedModel::from_responses([
+        // subagent_create has no title: the model writes one first.
+        ChatResponse::text("disk check"),
+        common::ask("which disk?"),
+        ChatResponse::text("/data is 40% full"),
+    ]);
+    let (mut service, served) = start(model).await;
+    service.say("user", Some("42"), "hello").await;
+    let (status, created) = json_of(
+        served
+            .post("/v1/planner/tools/subagent_create")
+            .json(&json!({
+                "arguments": {"intent": "check the disk usage", "stream_id": "qq:group:42"},
+                "context": {"chat_id": "qq:group:42", "platform": "qq", "user_id": "user", "group_id": "42"},
+            }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    let id = task_id(&created);
+    assert_eq!(service.next_sent().await.1, "which disk?");
+    service.wait_status(id, TaskStatus::WaitingInput).await;
+    // Someone else's reply does not answer it; the person's does.
+    let (_, other) = json_of(
+        served
+            .post("/v1/messages")
+            .json(&json!({"platform": "qq", "user_id": "other", "group_id": "42", "text": "/home"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(other["outcome"], "stored", "{other}");
+    let (status, answered) = json_of(
+        served
+            .post("/v1/messages")
+            .json(&json!({"platform": "qq", "user_id": "user", "group_id": "42", "text": "/data"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answered}");
+    assert_eq!(answered["outcome"], "answered", "{answered}");
+    assert_eq!(answered["task_id"], id.to_string());
+    assert_eq!(service.next_sent().await.1, "/data is 40% full");
+}

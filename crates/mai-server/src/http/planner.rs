@@ -5,8 +5,9 @@
 //! the conversation it is in (`context`). The context's `chat_id` is injected into the arguments
 //! as the host-injected `chat_id` stream isolation checks, and it **wins** over a `chat_id` the
 //! arguments carry (the arguments come from the model; the context from the host). For the
-//! `subagent_*` tools, whose `platform`/`group_id` are host context too, those are injected the
-//! same way; other tools keep theirs, because there `platform`/`group_id` choose a target.
+//! `subagent_*` tools, whose `platform`/`group_id`/`user_id` are host context too (`user_id`
+//! names the person a created task is for, who may answer its questions), those are injected
+//! the same way; other tools keep theirs, because there they choose a target.
 //! Must not: run a tool outside `call_planner_tool` (the registry's gates), or build its own
 //! notion of the planner's identity.
 
@@ -31,8 +32,7 @@ pub(crate) struct HostContext {
     /// The current conversation's stream id.
     chat_id: Option<String>,
     platform: Option<String>,
-    /// The person who spoke (informational: planner calls run as the planner, not as them).
-    #[allow(dead_code)]
+    /// The person the planner is talking to (planner calls still run as the planner).
     user_id: Option<String>,
     group_id: Option<String>,
 }
@@ -71,6 +71,7 @@ fn with_context(
     if name.starts_with("subagent_") {
         inject("platform", context.platform);
         inject("group_id", context.group_id);
+        inject("user_id", context.user_id);
     }
     Ok(Value::Object(arguments))
 }
@@ -171,7 +172,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             args,
-            json!({"stream_id": "B", "chat_id": "A", "platform": "qq", "group_id": "42"})
+            json!({"stream_id": "B", "chat_id": "A", "platform": "qq", "group_id": "42", "user_id": "1"})
         );
         let args = with_context(
             "send_message",
