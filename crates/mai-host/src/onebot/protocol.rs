@@ -260,6 +260,15 @@ fn id_string(value: &Value) -> Option<String> {
     }
 }
 
+/// A segment's data field as text, untrimmed (a text segment's spaces are content).
+fn data_string(value: &Value) -> Option<String> {
+    match value {
+        Value::Number(number) => Some(number.to_string()),
+        Value::String(text) if !text.is_empty() => Some(text.clone()),
+        _ => None,
+    }
+}
+
 fn id_number(value: &Value) -> Option<i64> {
     match value {
         Value::Number(number) => number.as_i64(),
@@ -275,7 +284,7 @@ fn readable_segments(segments: &[Value]) -> String {
         let kind = segment.get("type").and_then(Value::as_str).unwrap_or("");
         let data = segment.get("data").and_then(Value::as_object);
         text.push_segment(kind, |key| {
-            data.and_then(|data| data.get(key)).and_then(id_string)
+            data.and_then(|data| data.get(key)).and_then(data_string)
         });
     }
     text.text
