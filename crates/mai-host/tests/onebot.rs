@@ -674,3 +674,22 @@ async fn shutdown_closes_the_connection_stops_the_loop_and_unregisters() {
         Delivery::Rejected("no channel connected for platform qq".into())
     );
 }
+
+#[tokio::test]
+async fn a_wss_url_speaks_tls_and_a_failed_handshake_is_retried() {
+    // The fake speaks plain WebSocket: the channel's TLS ClientHello is not an upgrade request.
+    let mut server = FakeOneBot::start(None).await;
+    let url = server.url.replace("ws://", "wss://");
+    let bot = Bot::start(config(&url, None)).await;
+    server.refusal().await;
+    let status = bot
+        .wait_for("a failed TLS connect", |status| {
+            status.state == OneBotState::Reconnecting
+        })
+        .await;
+    assert!(
+        status.last_error.unwrap().contains("cannot connect"),
+        "the error names the failure"
+    );
+    server.refusal().await;
+}

@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, header::AUTHORIZATION};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
 use super::OneBotState;
@@ -50,11 +50,14 @@ pub(crate) struct Settings {
     pub platform: String,
     pub reconnect_initial: Duration,
     pub reconnect_max: Duration,
+    /// The TLS client config of a `wss://` url, built on first use (it reads the system's
+    /// root certificates).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Runs until `cancel` fires; the status ends `Stopped`.
 pub(crate) async fn run(
-    settings: Settings,
+    mut settings: Settings,
     link: Arc<Link>,
     events: mpsc::UnboundedSender<IncomingMessage>,
     cancel: CancellationToken,
@@ -63,7 +66,7 @@ pub(crate) async fn run(
     loop {
         let attempt = tokio::select! {
             () = cancel.cancelled() => break,
-            attempt = connect(&settings) => attempt,
+            attempt = connect(&mut settings) => attempt,
         };
         let error = match attempt {
             Ok(socket) => {
@@ -95,7 +98,7 @@ pub(crate) async fn run(
 }
 
 /// Opens the WebSocket; the error says what to fix.
-async fn connect(settings: &Settings) -> Result<Socket, String> {
+async fn connect(settings: &mut Settings) -> Result<Socket, String> {
     let mut request = settings
         .url
         .as_str()
@@ -110,7 +113,13 @@ async fn connect(settings: &Settings) -> Result<Socket, String> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES));
-    let opening = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+    let tls = if request.uri().scheme_str() == Some("wss") {
+        Some(tls_connector(&mut settings.tls)?)
+    } else {
+        None
+    };
+    let opening =
+        tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, tls);
     match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
         Ok(Ok((socket, _response))) => Ok(socket),
         Ok(Err(error)) => Err(connect_error(&settings.url, error)),
@@ -120,6 +129,36 @@ async fn connect(settings: &Settings) -> Result<Socket, String> {
             CONNECT_TIMEOUT.as_secs()
         )),
     }
+}
+
+/// TLS for `wss://`: the system's root certificates, aws-lc-rs as the explicit crypto provider
+/// (rustls would panic on a missing process-wide default otherwise).
+fn tls_connector(cached: &mut Option<Arc<rustls::ClientConfig>>) -> Result<Connector, String> {
+    if let Some(config) = cached {
+        return Ok(Connector::Rustls(Arc::clone(config)));
+    }
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (_added, ignored) = roots.add_parsable_certificates(found.certs);
+    if ignored > 0 || !found.errors.is_empty() {
+        tracing::debug!(ignored, errors = ?found.errors, "some system root certificates were not loaded");
+    }
+    if roots.is_empty() {
+        return Err(
+            "wss:// needs trusted root certificates, and none were found on this system \
+             (install ca-certificates, or use ws:// to a local implementation)"
+                .to_owned(),
+        );
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("cannot set up TLS: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let config = Arc::new(config);
+    *cached = Some(Arc::clone(&config));
+    Ok(Connector::Rustls(config))
 }
 
 fn connect_error(url: &str, error: tungstenite::Error) -> String {

@@ -83,6 +83,7 @@ impl OneBotChannel {
             platform: config.platform.clone(),
             reconnect_initial: Duration::from_millis(config.reconnect_initial_ms),
             reconnect_max: Duration::from_secs(config.reconnect_max_secs),
+            tls: None,
         };
         let client = tokio::spawn(connection::run(
             settings,
