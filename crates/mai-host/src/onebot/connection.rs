@@ -225,6 +225,10 @@ async fn serve(
                     Some(Ok(message)) => message,
                 };
                 last_heard = Instant::now();
+                if message.len() > MAX_FRAME_BYTES {
+                    tracing::warn!(bytes = message.len(), limit = MAX_FRAME_BYTES, "skipping an oversized OneBot frame");
+                    continue;
+                }
                 let text = match message {
                     Message::Text(text) => text.as_str().to_owned(),
                     Message::Binary(bytes) => match String::from_utf8(bytes.to_vec()) {
@@ -241,10 +245,6 @@ async fn serve(
                     // tungstenite answers pings itself.
                     Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
                 };
-                if text.len() > MAX_FRAME_BYTES {
-                    tracing::warn!(bytes = text.len(), limit = MAX_FRAME_BYTES, "skipping an oversized OneBot frame");
-                    continue;
-                }
                 if let Some(interval) = handle_frame(&text, settings, &live, events) {
                     heartbeat = Some(interval);
                 }

@@ -210,10 +210,11 @@ fn parse_message(event: &Value, platform: &str) -> Result<Frame, FrameError> {
                 FrameError::BadMessage("a group message without group_id".into())
             })?),
             "private" => None,
-            other => {
-                return Err(FrameError::BadMessage(format!(
-                    "unknown message_type `{other}`"
-                )));
+            // Guild/channel messages (go-cqhttp, NapCat extensions) map to no v11 stream.
+            _ => {
+                return Ok(Frame::SkippedMessage(
+                    "a message_type other than group or private",
+                ));
             }
         };
     let text = match (&event.message, &event.raw_message) {
@@ -534,10 +535,10 @@ mod tests {
         ));
         assert!(matches!(
             parse_frame(
-                r#"{"post_type":"message","message_type":"channel","user_id":1,"message":"x"}"#,
+                r#"{"post_type":"message","message_type":"guild","user_id":1,"message":"x"}"#,
                 "qq"
             ),
-            Err(FrameError::BadMessage(_))
+            Ok(Frame::SkippedMessage(_))
         ));
     }
 
