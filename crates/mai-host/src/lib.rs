@@ -4,7 +4,7 @@
 //!
 //! [`EmbeddedHost`] implements [`mai_core::host::Host`]. Channels (console, HTTP ingestion,
 //! OneBot) feed it through [`EmbeddedHost::ingest_message`] and deliver through a registered
-//! [`ChannelSender`]. The five `search_memory` modes are defined in [`memory`] and docs/host.md.
+//! [`ChannelSender`]; the OneBot v11 channel ([`OneBotChannel`]) lives here. The five `search_memory` modes are defined in [`memory`] and docs/host.md.
 //!
 //! Its tables are prefixed `host_` and its migrations are recorded in their own table, so it can
 //! share the task database file (`<data_dir>/mai-agent.db`) or use a file of its own.
@@ -15,6 +15,7 @@ mod error;
 mod ingest;
 pub mod memory;
 mod notes;
+mod onebot;
 mod people;
 mod schema;
 mod streams;
@@ -26,5 +27,6 @@ pub use embedded::{EmbeddedConfig, EmbeddedHost};
 pub use error::OpenError;
 pub use ingest::{IncomingMessage, IngestedMessage};
 pub use notes::ContextNote;
+pub use onebot::{OneBotChannel, OneBotHandle, OneBotState, OneBotStatus};
 pub use people::NewPerson;
 pub use streams::stream_id_for;
