@@ -2,6 +2,7 @@
 //! command. Exit codes: 0 success, 1 the task did not complete, 2 usage or setup error.
 
 mod app;
+mod cmd_mcp;
 mod cmd_run;
 mod cmd_task;
 mod cmd_tools;
@@ -73,6 +74,9 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// Serve the planner tools over MCP on stdin/stdout (for an MCP host that starts mai-agent);
+    /// runs the engine until the host closes stdin. Logs go to stderr.
+    Mcp,
     /// Configuration helpers.
     Config {
         #[command(subcommand)]
@@ -192,6 +196,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Task { command, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
             cmd_task::run(app.engine, command, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp => {
+            cmd_mcp::run(&settings).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),

@@ -1,0 +1,60 @@
+//! `mai-agent mcp`: the planner tools as an MCP server on stdio, for an MCP host that starts
+//! mai-agent as its child process. The engine runs for the whole session (tasks the host creates
+//! run, scheduled ones fire) and stops gracefully when the host closes stdin.
+//!
+//! Must not: write anything but the protocol to stdout — logs go to stderr (set up in `main`),
+//! and so does what the bot "sends" to the terminal chat.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use async_trait::async_trait;
+use mai_core::capabilities::McpProxy;
+use mai_core::host::{Delivery, HostError, StreamInfo};
+use mai_engine::planner::planner_registry;
+use mai_host::ChannelSender;
+use mai_server::ServerState;
+
+use crate::app::{self, ModelChoice};
+use crate::console::CONSOLE_PLATFORM;
+use crate::settings::Settings;
+
+/// Serves until the client closes stdin, then stops the engine (running tasks are persisted and
+/// resume at the next start) and the MCP client connections.
+pub async fn run(settings: &Settings) -> Result<()> {
+    let app = app::build(settings, ModelChoice::Configured).await?;
+    // The terminal chat normally prints to stdout, which is the protocol here.
+    app.host
+        .register_channel(CONSOLE_PLATFORM, Arc::new(ConsoleOnStderr));
+    app.engine
+        .start()
+        .await
+        .context("cannot start the engine")?;
+    let proxy = app
+        .mcp
+        .clone()
+        .map(|manager| Arc::new(manager) as Arc<dyn McpProxy>);
+    let planner = planner_registry(&app.engine, proxy).context("cannot build the planner tools")?;
+    let state = ServerState {
+        engine: app.engine.clone(),
+        host: app.host.clone(),
+        planner: Arc::new(planner),
+    };
+    let served = mai_server::mcp::serve_stdio(state).await;
+    app.engine.stop().await;
+    if let Some(mcp) = &app.mcp {
+        mcp.shutdown();
+    }
+    served.context("the MCP stdio server failed")
+}
+
+/// The terminal chat while stdout carries MCP: the bot's messages go to stderr.
+struct ConsoleOnStderr;
+
+#[async_trait]
+impl ChannelSender for ConsoleOnStderr {
+    async fn send(&self, _stream: &StreamInfo, text: &str) -> Result<Delivery, HostError> {
+        eprintln!("mai> {text}");
+        Ok(Delivery::Sent)
+    }
+}

@@ -1,0 +1,186 @@
+//! The host context of a planner call made over MCP: the conversation (and platform, person,
+//! group) the host's planner is acting in, read from the `tools/call` request's `_meta`, and how
+//! it reaches the planner tools — as the host-injected keys in the arguments, the `chat_id` that
+//! stream isolation checks (`mai_engine::planner`, SYSTEM.md §7).
+//!
+//! Must not: let anything the model wrote in the arguments win over what the host sent in
+//! `_meta`, or overwrite a parameter a tool's schema gives the model (`send_message`'s
+//! `group_id`/`platform` choose its target there; they are not context).
+
+use serde_json::{Map, Value};
+
+/// The `_meta` keys a host may send with a `tools/call` (none of them in any tool's schema).
+pub const HOST_CONTEXT_KEYS: [&str; 4] = ["chat_id", "platform", "user_id", "group_id"];
+
+/// What the host said about the conversation a call is made from.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HostContext {
+    /// The current stream (conversation); the `subagent_*` tools refuse any other `stream_id`.
+    pub chat_id: Option<String>,
+    pub platform: Option<String>,
+    /// The person the planner is talking to. No planner tool takes a host user id (the
+    /// `user_id` of `send_message` is its target), so it is only logged.
+    pub user_id: Option<String>,
+    pub group_id: Option<String>,
+}
+
+/// A `_meta` host-context key whose value is neither a string nor a number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "request _meta.{key} must be a string or a number (the host's current {what}), got {got}; \
+     send it as a string or leave it out"
+)]
+pub struct HostContextError {
+    pub key: &'static str,
+    pub what: &'static str,
+    pub got: String,
+}
+
+impl HostContext {
+    /// Reads the host context from a request's `_meta` map. Missing, `null` and blank values
+    /// mean "not sent"; numbers are accepted because chat platforms' ids often are numbers
+    /// (QQ group and user ids).
+    pub fn from_meta(meta: &Map<String, Value>) -> Result<HostContext, HostContextError> {
+        let read = |key: &'static str, what: &'static str| -> Result<_, HostContextError> {
+            match meta.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(text)) => Ok(non_blank(text)),
+                Some(Value::Number(number)) => Ok(Some(number.to_string())),
+                Some(other) => Err(HostContextError {
+                    key,
+                    what,
+                    got: json_kind(other).to_owned(),
+                }),
+            }
+        };
+        Ok(HostContext {
+            chat_id: read("chat_id", "conversation (stream id)")?,
+            platform: read("platform", "platform")?,
+            user_id: read("user_id", "user id")?,
+            group_id: read("group_id", "group id")?,
+        })
+    }
+
+    /// Whether the host sent anything at all.
+    pub fn is_empty(&self) -> bool {
+        self == &HostContext::default()
+    }
+
+    /// Puts the context into a call's arguments the way the planner tools read it.
+    ///
+    /// `chat_id` always replaces whatever the model put there: it is in no schema, so only the
+    /// host can mean it. `platform` and `group_id` are context only for tools whose schema does
+    /// not declare them (the `subagent_*` tools); where a schema declares them they are the
+    /// model's own parameters and stay untouched. `user_id` is never injected (see the field).
+    pub fn inject(&self, args: &mut Map<String, Value>, schema: &Value) {
+        let declared = |key: &str| {
+            schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|properties| properties.contains_key(key))
+        };
+        if let Some(chat_id) = &self.chat_id {
+            args.insert("chat_id".into(), chat_id.clone().into());
+        }
+        for (key, value) in [("platform", &self.platform), ("group_id", &self.group_id)] {
+            if let Some(value) = value
+                && !declared(key)
+            {
+                args.insert(key.into(), value.clone().into());
+            }
+        }
+    }
+}
+
+fn non_blank(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn reads_strings_and_numbers_and_ignores_blanks() {
+        let meta = object(json!({
+            "chat_id": " s1 ", "platform": "qq", "user_id": 12345, "group_id": "",
+            "progressToken": 7
+        }));
+        let host = HostContext::from_meta(&meta).unwrap();
+        assert_eq!(host.chat_id.as_deref(), Some("s1"));
+        assert_eq!(host.platform.as_deref(), Some("qq"));
+        assert_eq!(host.user_id.as_deref(), Some("12345"));
+        assert_eq!(host.group_id, None);
+        assert!(HostContext::from_meta(&Map::new()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_malformed_value_is_a_clear_error() {
+        let error = HostContext::from_meta(&object(json!({"chat_id": {"id": 1}}))).unwrap_err();
+        assert_eq!(error.key, "chat_id");
+        assert!(error.to_string().contains("_meta.chat_id must be a string"));
+        assert!(error.to_string().contains("got an object"));
+    }
+
+    #[test]
+    fn the_host_chat_id_wins_over_the_model() {
+        let host = HostContext {
+            chat_id: Some("a".into()),
+            ..HostContext::default()
+        };
+        let mut args = object(json!({"stream_id": "b", "chat_id": "b"}));
+        host.inject(
+            &mut args,
+            &json!({"type": "object", "properties": {"stream_id": {}}}),
+        );
+        assert_eq!(args["chat_id"], "a");
+        assert_eq!(args["stream_id"], "b");
+    }
+
+    #[test]
+    fn declared_parameters_are_the_models_not_context() {
+        let host = HostContext {
+            chat_id: Some("a".into()),
+            platform: Some("qq".into()),
+            user_id: Some("u1".into()),
+            group_id: Some("g1".into()),
+        };
+        // send_message: group_id and platform pick the target.
+        let send_schema = json!({"type": "object", "properties": {
+            "text": {}, "group_id": {}, "user_id": {}, "platform": {}}});
+        let mut args = object(json!({"text": "hi", "user_id": "u9"}));
+        host.inject(&mut args, &send_schema);
+        assert_eq!(
+            Value::Object(args),
+            json!({"text": "hi", "user_id": "u9", "chat_id": "a"})
+        );
+        // subagent_create: they are context.
+        let create_schema =
+            json!({"type": "object", "properties": {"intent": {}, "stream_id": {}}});
+        let mut args = object(json!({"intent": "x", "stream_id": "a", "platform": "forged"}));
+        host.inject(&mut args, &create_schema);
+        assert_eq!(args["platform"], "qq");
+        assert_eq!(args["group_id"], "g1");
+        assert!(!args.contains_key("user_id"));
+    }
+}
