@@ -1,0 +1,460 @@
+//! The MCP server over streamable HTTP, served on loopback by a real engine (SQLite store,
+//! embedded host, scripted model): an rmcp client checks the tool list, `_meta.visibility`, host
+//! context and stream isolation; the official Python MCP client (`shared/peers/mcp_probe.py`)
+//! checks that an independent implementation can discover, list and call. The Python tests print
+//! a SKIP line and return when the peer cannot be installed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ErrorCode, JsonObject, RequestMetaObject,
+};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use mai_core::clock::SystemClock;
+use mai_core::config::{Config, LiveConfig};
+use mai_core::ids::{Owner, StreamId};
+use mai_core::role::Role;
+use mai_core::store::TaskFilter;
+use mai_core::task::TaskStatus;
+use mai_core::tool::ToolRegistry;
+use mai_engine::engine::{Engine, EngineDeps};
+use mai_engine::manager::Caller;
+use mai_engine::planner::{PLANNER_TOOLS, planner_registry};
+use mai_engine::prompts::Prompts;
+use mai_host::{EmbeddedConfig, EmbeddedHost};
+use mai_llm::ScriptedModel;
+use mai_server::ServerState;
+use mai_server::mcp::http_router_until;
+use mai_store::SqliteStore;
+
+/// A running engine with the MCP router nested at `/mcp` on a loopback port, as the HTTP API
+/// router nests it.
+struct Served {
+    _dir: tempfile::TempDir,
+    engine: Arc<Engine>,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+impl Served {
+    async fn start() -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("tasks.db"))
+            .await
+            .unwrap();
+        let host = Arc::new(
+            EmbeddedHost::with_pool(store.pool().clone(), EmbeddedConfig::default())
+                .await
+                .unwrap(),
+        );
+        let mut config = Config::default();
+        config.polish.enabled = false;
+        let engine = Engine::new(EngineDeps {
+            store: Arc::new(store),
+            // Nothing here reaches a model: created tasks are delayed.
+            model: Arc::new(ScriptedModel::default()),
+            host: host.clone(),
+            registry: Arc::new(ToolRegistry::new()),
+            config: Arc::new(LiveConfig::new(config).unwrap()),
+            prompts: Arc::new(Prompts::embedded()),
+            clock: Arc::new(SystemClock),
+            files_root: None,
+        })
+        .await
+        .unwrap();
+        engine.start().await.unwrap();
+        let planner = Arc::new(planner_registry(&engine, None).unwrap());
+        let state = ServerState {
+            engine: engine.clone(),
+            host,
+            planner,
+        };
+        let shutdown = CancellationToken::new();
+        let app = Router::new().nest("/mcp", http_router_until(state, shutdown.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+                .unwrap();
+        });
+        Served {
+            _dir: dir,
+            engine,
+            addr,
+            shutdown,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    async fn client(&self) -> RunningService<RoleClient, ()> {
+        ().serve(StreamableHttpClientTransport::from_uri(self.url()))
+            .await
+            .unwrap()
+    }
+
+    /// Every task in the store, as the admin sees them.
+    async fn tasks(&self) -> Vec<mai_core::task::TaskRecord> {
+        let admin = Caller {
+            owner: "test:admin".parse().unwrap(),
+            role: Role::Admin,
+            stream_id: StreamId::new("test").unwrap(),
+            platform: "test".into(),
+            group_id: None,
+        };
+        self.engine
+            .list(&admin, TaskFilter::default())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+async fn call(
+    client: &RunningService<RoleClient, ()>,
+    tool: &str,
+    args: Value,
+    meta: Option<Value>,
+) -> Result<CallToolResult, ServiceError> {
+    let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(object(args));
+    params.meta = meta.map(|meta| RequestMetaObject::from(object(meta)));
+    client.call_tool(params).await
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result.content[0].as_text().unwrap().text.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eleven_planner_tools_are_listed_with_their_visibility_and_schemas() {
+    let served = Served::start().await;
+    let client = served.client().await;
+
+    let info = client.peer_info().unwrap();
+    let server = info.server_info.as_ref().unwrap();
+    assert_eq!(server.name, "mai-agent");
+    assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
+    assert!(
+        info.instructions.as_deref().is_some_and(
+            |text| text.contains("background sub-agents") && text.contains("_meta.chat_id")
+        ),
+        "{info:?}"
+    );
+
+    let tools = client.list_all_tools().await.unwrap();
+    let listed: Vec<(&str, &str)> = tools
+        .iter()
+        .map(|tool| {
+            let visibility = tool.meta.as_ref().and_then(|meta| meta.get("visibility"));
+            (
+                tool.name.as_ref(),
+                visibility.and_then(Value::as_str).unwrap_or("<none>"),
+            )
+        })
+        .collect();
+    let expected: Vec<(&str, &str)> = PLANNER_TOOLS
+        .iter()
+        .map(|(name, visibility)| (*name, visibility.as_str()))
+        .collect();
+    assert_eq!(listed, expected);
+
+    for tool in &tools {
+        assert_eq!(
+            tool.input_schema.get("type"),
+            Some(&json!("object")),
+            "{}",
+            tool.name
+        );
+        assert!(
+            tool.description.as_ref().is_some_and(|d| d.len() > 40),
+            "{} has a real description",
+            tool.name
+        );
+        let properties = tool
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        assert!(
+            !properties.is_some_and(|p| p.contains_key("chat_id")),
+            "{}: chat_id is host-only, never in a schema",
+            tool.name
+        );
+    }
+    let create = tools.iter().find(|t| t.name == "subagent_create").unwrap();
+    let required = create.input_schema.get("required").unwrap();
+    assert_eq!(required, &json!(["intent", "stream_id"]));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagent_create_makes_a_task_in_the_hosts_stream_and_another_stream_is_refused() {
+    let served = Served::start().await;
+    let client = served.client().await;
+    let in_a = json!({"chat_id": "qq:group:A", "platform": "qq", "group_id": "A", "user_id": "42"});
+
+    let created = call(
+        &client,
+        "subagent_create",
+        json!({"intent": "compare three cloud offers", "stream_id": "qq:group:A",
+               "delay_seconds": 3600}),
+        Some(in_a.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.is_error, Some(false), "{}", text_of(&created));
+    let structured = created.structured_content.clone().unwrap();
+    assert_eq!(structured["success"], true);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&created)).unwrap(),
+        structured
+    );
+
+    let tasks = served.tasks().await;
+    assert_eq!(tasks.len(), 1);
+    let task = &tasks[0];
+    assert_eq!(task.stream_id.as_str(), "qq:group:A");
+    assert_eq!(
+        task.owner,
+        Owner::planner(StreamId::new("qq:group:A").unwrap())
+    );
+    assert_eq!(task.status, TaskStatus::Scheduled);
+    assert_eq!(task.intent, "compare three cloud offers");
+    assert_eq!(
+        structured["id"].as_str(),
+        Some(task.id.to_string().as_str())
+    );
+
+    // The model names stream B while the host says the conversation is A: refused, and the
+    // reason tells the model which stream to use.
+    let forged_list = call(
+        &client,
+        "subagent_list",
+        json!({"stream_id": "qq:group:B"}),
+        Some(in_a.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(forged_list.is_error, Some(true));
+    let reason = text_of(&forged_list);
+    assert!(
+        reason.contains("not the current conversation") && reason.contains("qq:group:A"),
+        "{reason}"
+    );
+    let forged_create = call(
+        &client,
+        "subagent_create",
+        // A chat_id in the arguments does not beat the host's `_meta`.
+        json!({"intent": "x", "stream_id": "qq:group:B", "chat_id": "qq:group:B"}),
+        Some(in_a.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        forged_create.is_error,
+        Some(true),
+        "{}",
+        text_of(&forged_create)
+    );
+    assert_eq!(served.tasks().await.len(), 1, "nothing was created in B");
+
+    // In A, the task is there.
+    let listed = call(
+        &client,
+        "subagent_list",
+        json!({"stream_id": "qq:group:A"}),
+        Some(in_a),
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.is_error, Some(false));
+    let listed = listed.structured_content.unwrap();
+    assert_eq!(
+        listed["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_calls_get_clear_errors() {
+    let served = Served::start().await;
+    let client = served.client().await;
+
+    let unknown = call(&client, "subagent_explode", json!({}), None)
+        .await
+        .unwrap_err();
+    let ServiceError::McpError(error) = unknown else {
+        panic!("expected an MCP error, got {unknown:?}");
+    };
+    assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+    assert!(
+        error.message.contains("unknown tool `subagent_explode`")
+            && error.message.contains("subagent_create"),
+        "{}",
+        error.message
+    );
+
+    let bad_meta = call(
+        &client,
+        "subagent_list",
+        json!({"stream_id": "s1"}),
+        Some(json!({"chat_id": {"id": "s1"}})),
+    )
+    .await
+    .unwrap_err();
+    let ServiceError::McpError(error) = bad_meta else {
+        panic!("expected an MCP error, got {bad_meta:?}");
+    };
+    assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+    assert!(
+        error.message.contains("_meta.chat_id must be a string"),
+        "{}",
+        error.message
+    );
+
+    // Arguments that do not match the schema: a result the model can read and correct.
+    let bad_args = call(&client, "subagent_create", json!({"stream_id": "s1"}), None)
+        .await
+        .unwrap();
+    assert_eq!(bad_args.is_error, Some(true));
+    assert!(
+        text_of(&bad_args).contains("intent"),
+        "{}",
+        text_of(&bad_args)
+    );
+    assert!(served.tasks().await.is_empty());
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_guard_is_the_nesting_routers_not_rmcps() {
+    // rmcp's own DNS-rebinding check would answer 403 to any non-loopback Host; the HTTP API
+    // router owns that policy (listen address, [server] allowed_hosts), so this router must let
+    // through whatever the guard in front of it accepted.
+    let served = Served::start().await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    for host in [
+        format!("127.0.0.1:{}", served.addr.port()),
+        format!("localhost:{}", served.addr.port()),
+        "bot.example.org".to_owned(),
+    ] {
+        let response = reqwest::Client::new()
+            .post(served.url())
+            .header("Host", &host)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "Host {host}");
+        let body = response.text().await.unwrap();
+        assert!(
+            body.contains(r#""name":"mai-agent""#),
+            "Host {host}: {body}"
+        );
+    }
+}
+
+// --- the official Python MCP client -------------------------------------------------------
+
+fn peers() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/setup.sh");
+        let from_setup = Command::new("bash")
+            .arg(&script)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .and_then(|s| s.lines().last().map(|l| PathBuf::from(l.trim())));
+        let dir = from_setup.or_else(|| {
+            std::env::var_os("MAI_PEERS_DIR")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME")
+                        .map(|h| PathBuf::from(h).join(".cache/mai-agent-peers"))
+                })
+        });
+        let usable =
+            dir.filter(|d| d.join("venv/bin/python").exists() && d.join("mcp_probe.py").exists());
+        if usable.is_none() {
+            println!(
+                "SKIP: the official Python MCP client is unavailable ({} failed and no installed \
+                 peers found); run shared/peers/setup.sh",
+                script.display()
+            );
+        }
+        usable
+    })
+    .clone()
+}
+
+async fn python_probe(peers: &Path, args: &[&str]) -> (bool, String, String) {
+    let output = tokio::process::Command::new(peers.join("venv/bin/python"))
+        .arg(peers.join("mcp_probe.py"))
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_lists_and_calls_over_http_in_both_handshakes() {
+    let Some(peers) = peers() else { return };
+    let served = Served::start().await;
+    let url = served.url();
+    let call = ["--call", "subagent_list", r#"{"stream_id": "qq:group:A"}"#];
+    for legacy in [false, true] {
+        let mut args: Vec<&str> = if legacy { vec!["--legacy"] } else { vec![] };
+        args.extend(call);
+        args.push(&url);
+        let (ok, stdout, stderr) = python_probe(&peers, &args).await;
+        assert!(ok, "legacy={legacy}\nstdout: {stdout}\nstderr: {stderr}");
+        assert!(stdout.contains("| server mai-agent"), "{stdout}");
+        assert!(stdout.contains("11 tools in 1 page(s)"), "{stdout}");
+        for (tool, _) in PLANNER_TOOLS {
+            assert!(stdout.contains(&format!("'{tool}'")), "{tool}: {stdout}");
+        }
+        assert!(
+            stdout.contains("call subagent_list isError False") && stdout.contains("'tasks': []"),
+            "legacy={legacy}: {stdout}"
+        );
+    }
+}
