@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use mai_engine::planner::{PLANNER_TOOLS, call_planner_tool, planner_visibility};
+use mai_engine::planner::{call_planner_tool, planner_visibility};
 
 use crate::state::ServerState;
 pub use host_context::{HOST_CONTEXT_KEYS, HostContext, HostContextError};
@@ -144,6 +144,9 @@ impl ServerHandler for PlannerMcpServer {
             user_id = host.user_id.as_deref(),
             group_id = host.group_id.as_deref(),
         );
+        // `context.ct` (the client cancelled) is deliberately not raced against the call: a
+        // planner action stopped halfway (a task created but not reported, a message half
+        // sent) is worse than a finished one whose result rmcp then discards.
         let outcome = call_planner_tool(
             &self.state.engine,
             &self.state.planner,
@@ -211,9 +214,4 @@ pub fn http_router_until(state: ServerState, shutdown: CancellationToken) -> Rou
         config,
     );
     Router::new().route_service("/", service)
-}
-
-/// The planner tool names in the order `tools/list` gives them (SYSTEM.md §7).
-pub fn tool_names() -> impl Iterator<Item = &'static str> {
-    PLANNER_TOOLS.iter().map(|(name, _)| *name)
 }
