@@ -248,6 +248,11 @@ async fn subagent_create_makes_a_task_in_the_hosts_stream_and_another_stream_is_
     assert_eq!(task.status, TaskStatus::Scheduled);
     assert_eq!(task.intent, "compare three cloud offers");
     assert_eq!(
+        task.metadata.requester.as_ref().map(ToString::to_string),
+        Some("qq:42".to_owned()),
+        "the host's user_id is the person the task was made for"
+    );
+    assert_eq!(
         structured["id"].as_str(),
         Some(task.id.to_string().as_str())
     );

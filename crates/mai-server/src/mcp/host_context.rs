@@ -18,8 +18,8 @@ pub struct HostContext {
     /// The current stream (conversation); the `subagent_*` tools refuse any other `stream_id`.
     pub chat_id: Option<String>,
     pub platform: Option<String>,
-    /// The person the planner is talking to. No planner tool takes a host user id (the
-    /// `user_id` of `send_message` is its target), so it is only logged.
+    /// The person the planner is talking to: a created task's requester, whose reply in the
+    /// stream answers its questions.
     pub user_id: Option<String>,
     pub group_id: Option<String>,
 }
@@ -69,9 +69,9 @@ impl HostContext {
     /// Puts the context into a call's arguments the way the planner tools read it.
     ///
     /// `chat_id` always replaces whatever the model put there: it is in no schema, so only the
-    /// host can mean it. `platform` and `group_id` are context only for tools whose schema does
-    /// not declare them (the `subagent_*` tools); where a schema declares them they are the
-    /// model's own parameters and stay untouched. `user_id` is never injected (see the field).
+    /// host can mean it. `platform`, `group_id` and `user_id` are context only for tools whose
+    /// schema does not declare them (the `subagent_*` tools); where a schema declares them
+    /// (`send_message`'s target) they are the model's own parameters and stay untouched.
     pub fn inject(&self, args: &mut Map<String, Value>, schema: &Value) {
         let declared = |key: &str| {
             schema
@@ -82,7 +82,12 @@ impl HostContext {
         if let Some(chat_id) = &self.chat_id {
             args.insert("chat_id".into(), chat_id.clone().into());
         }
-        for (key, value) in [("platform", &self.platform), ("group_id", &self.group_id)] {
+        let context = [
+            ("platform", &self.platform),
+            ("group_id", &self.group_id),
+            ("user_id", &self.user_id),
+        ];
+        for (key, value) in context {
             if let Some(value) = value
                 && !declared(key)
             {
@@ -181,6 +186,6 @@ mod tests {
         host.inject(&mut args, &create_schema);
         assert_eq!(args["platform"], "qq");
         assert_eq!(args["group_id"], "g1");
-        assert!(!args.contains_key("user_id"));
+        assert_eq!(args["user_id"], "u1");
     }
 }
