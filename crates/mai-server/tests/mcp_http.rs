@@ -1,6 +1,7 @@
 //! The MCP server over streamable HTTP, served on loopback by a real engine (SQLite store,
 //! embedded host, scripted model): an rmcp client checks the tool list, `_meta.visibility`, host
-//! context and stream isolation; the official Python MCP client (`shared/peers/mcp_probe.py`)
+//! context, stream isolation and — behind the real HTTP API router — that the API's token and
+//! Host guard cover `/mcp`; the official Python MCP client (`shared/peers/mcp_probe.py`)
 //! checks that an independent implementation can discover, list and call. The Python tests print
 //! a SKIP line and return when the peer cannot be installed.
 
@@ -18,11 +19,12 @@ use rmcp::model::{
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use mai_core::clock::SystemClock;
-use mai_core::config::{Config, LiveConfig};
+use mai_core::config::{Config, LiveConfig, ServerConfig};
 use mai_core::ids::{Owner, StreamId};
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
@@ -34,8 +36,8 @@ use mai_engine::planner::{PLANNER_TOOLS, planner_registry};
 use mai_engine::prompts::Prompts;
 use mai_host::{EmbeddedConfig, EmbeddedHost};
 use mai_llm::ScriptedModel;
-use mai_server::ServerState;
 use mai_server::mcp::http_router_until;
+use mai_server::{HttpOptions, ServerState};
 use mai_store::SqliteStore;
 
 /// A running engine with the MCP router nested at `/mcp` on a loopback port, as the HTTP API
@@ -48,7 +50,16 @@ struct Served {
 }
 
 impl Served {
+    /// The MCP router alone, nested as the HTTP API nests it.
     async fn start() -> Served {
+        Served::start_with(|state, shutdown| {
+            Router::new().nest_service("/mcp", http_router_until(state, shutdown))
+        })
+        .await
+    }
+
+    /// The app `make` builds around the state (e.g. the whole HTTP API).
+    async fn start_with(make: impl FnOnce(ServerState, CancellationToken) -> Router) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("tasks.db"))
             .await
@@ -81,7 +92,7 @@ impl Served {
             planner,
         };
         let shutdown = CancellationToken::new();
-        let app = Router::new().nest("/mcp", http_router_until(state, shutdown.clone()));
+        let app = make(state, shutdown.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = shutdown.clone();
@@ -389,6 +400,62 @@ async fn the_host_guard_is_the_nesting_routers_not_rmcps() {
             "Host {host}: {body}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_http_api_the_token_and_host_guard_apply_to_mcp() {
+    let served = Served::start_with(|state, shutdown| {
+        let config = ServerConfig {
+            auth_token: Some("s3cret".into()),
+            ..ServerConfig::default()
+        };
+        let options = HttpOptions {
+            mcp: Some(http_router_until(state.clone(), shutdown)),
+            ..HttpOptions::new(config)
+        };
+        mai_server::router(state, options)
+    })
+    .await;
+
+    // A real client on loopback with the token: the whole session works.
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(served.url()).auth_header("s3cret"),
+    );
+    let client = ().serve(transport).await.unwrap();
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 11);
+    let listed = call(&client, "subagent_list", json!({"stream_id": "s1"}), None)
+        .await
+        .unwrap();
+    assert_eq!(listed.is_error, Some(false), "{}", text_of(&listed));
+    client.cancel().await.unwrap();
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let post = |host: &str, token: Option<&str>| {
+        let mut request = reqwest::Client::new()
+            .post(served.url())
+            .header("Host", host)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let loopback = format!("127.0.0.1:{}", served.addr.port());
+    let no_token = post(&loopback, None).await.unwrap();
+    assert_eq!(no_token.status(), 401, "the API's bearer token guards /mcp");
+    let wrong_token = post(&loopback, Some("guess")).await.unwrap();
+    assert_eq!(wrong_token.status(), 401);
+    let rebound = post("evil.example", Some("s3cret")).await.unwrap();
+    assert_eq!(
+        rebound.status(),
+        403,
+        "the API's Host guard applies to /mcp"
+    );
+    let ok = post(&loopback, Some("s3cret")).await.unwrap();
+    assert_eq!(ok.status(), 200);
 }
 
 // --- the official Python MCP client -------------------------------------------------------
