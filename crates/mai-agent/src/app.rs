@@ -6,15 +6,16 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::clock::SystemClock;
-use mai_core::config::LiveConfig;
+use mai_core::config::{LiveConfig, McpConfig};
 use mai_core::model::ChatModel;
 use mai_core::tool::ToolRegistry;
 use mai_engine::engine::{Engine, EngineDeps};
 use mai_engine::prompts::Prompts;
 use mai_host::{EmbeddedConfig, EmbeddedHost};
 use mai_llm::{OpenAiClient, ReplayModel};
-use mai_mcp::fetch::{FetchOptions, Fetcher, SystemResolver, fetch_tool};
+use mai_mcp::fetch::{FETCH, FetchOptions, Fetcher, SystemResolver, fetch_tool};
 use mai_mcp::{ManagerOptions, McpManager, apply_to_registry};
+use mai_server::metrics::Metrics;
 use mai_store::SqliteStore;
 
 use crate::settings::Settings;
@@ -38,6 +39,15 @@ pub struct App {
 /// Builds the engine (not started) over the database in the data directory; the tasks and the
 /// embedded host's tables share one SQLite file.
 pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
+    build_metered(settings, model, None).await
+}
+
+/// As [`build`], with every model call timed into `metrics` (for `serve`'s `/metrics`).
+pub async fn build_metered(
+    settings: &Settings,
+    model: ModelChoice<'_>,
+    metrics: Option<&Metrics>,
+) -> Result<App> {
     std::fs::create_dir_all(&settings.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
@@ -66,6 +76,10 @@ pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
                 .with_context(|| format!("cannot load cassette {}", path.display()))?,
         ),
     };
+    let model = match metrics {
+        Some(metrics) => metrics.meter(model),
+        None => model,
+    };
     let prompts = match &settings.config.prompts.templates_dir {
         Some(dir) => Prompts::with_override_dir(dir)
             .with_context(|| format!("cannot load prompt templates from {}", dir.display()))?,
@@ -87,20 +101,13 @@ pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
 }
 
 /// Starts the configured MCP servers (concurrently, each within its budget; a failing one is
-/// reported, never fatal), puts their tools into the registry, keeps them in sync with the
-/// servers' tool lists, and adds the native `fetch` tool when `[mcp] fetch_enabled`.
+/// reported, never fatal), puts their tools into the registry and keeps them in sync with the
+/// servers' tool lists; adds the native `fetch` tool when `[mcp] fetch_enabled`. With `[mcp]
+/// enabled` the manager exists even without servers, so a reload can add some.
 async fn connect_mcp(settings: &Settings, engine: &Arc<Engine>) -> Result<Option<McpManager>> {
     let mcp = &settings.config.mcp;
-    if mcp.enabled && mcp.fetch_enabled {
-        let options = FetchOptions {
-            block_internal: mcp.fetch_block_internal,
-            ..FetchOptions::default()
-        };
-        let fetch = fetch_tool(Fetcher::new(options, Arc::new(SystemResolver)))
-            .context("cannot set up the fetch tool")?;
-        engine.registry().register(fetch);
-    }
-    if !mcp.enabled || mcp.servers.is_empty() {
+    sync_fetch_tool(engine.registry(), mcp)?;
+    if !mcp.enabled {
         return Ok(None);
     }
     let manager = McpManager::new(ManagerOptions::default());
@@ -111,7 +118,7 @@ async fn connect_mcp(settings: &Settings, engine: &Arc<Engine>) -> Result<Option
         }
     }
     apply_to_registry(&manager, engine.registry());
-    // A server's tool list changed (restart, list_changed): swap the registry's MCP tools.
+    // A server's tool list changed (restart, list_changed, reload): swap the registry's MCP tools.
     let mut changes = manager.subscribe();
     let (watcher, registry) = (manager.clone(), Arc::clone(engine.registry()));
     tokio::spawn(async move {
@@ -120,4 +127,22 @@ async fn connect_mcp(settings: &Settings, engine: &Arc<Engine>) -> Result<Option
         }
     });
     Ok(Some(manager))
+}
+
+/// Registers the native `fetch` tool when `[mcp] enabled` and `fetch_enabled` (with the SSRF
+/// guard as configured), and removes it otherwise; called at start-up and on every reload.
+pub fn sync_fetch_tool(registry: &ToolRegistry, mcp: &McpConfig) -> Result<()> {
+    if mcp.enabled && mcp.fetch_enabled {
+        let options = FetchOptions {
+            block_internal: mcp.fetch_block_internal,
+            respect_robots: mcp.fetch_respect_robots,
+            ..FetchOptions::default()
+        };
+        let fetch = fetch_tool(Fetcher::new(options, Arc::new(SystemResolver)))
+            .context("cannot set up the fetch tool")?;
+        registry.register(fetch);
+    } else {
+        registry.unregister(FETCH);
+    }
+    Ok(())
 }

@@ -46,3 +46,34 @@ pub async fn ingest_line(host: &EmbeddedHost, chat: &str, text: &str) -> Result<
     .await
     .map(drop)
 }
+
+/// For `serve` with `[channels.console] enabled`: each line typed at the terminal becomes a
+/// message of `user_id` in their console chat, handed to the inbound pipeline. Ends at EOF.
+pub fn spawn_reader(
+    user_id: String,
+    inbound: tokio::sync::mpsc::Sender<IncomingMessage>,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncBufReadExt;
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let text = line.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let message = IncomingMessage {
+                platform: CONSOLE_PLATFORM.into(),
+                stream_id: None,
+                group_id: None,
+                group_name: None,
+                user_id: user_id.clone(),
+                sender_name: "you".into(),
+                text: text.into(),
+                at: Utc::now(),
+            };
+            if inbound.send(message).await.is_err() {
+                break;
+            }
+        }
+    })
+}

@@ -4,11 +4,14 @@
 mod app;
 mod cmd_mcp;
 mod cmd_run;
+mod cmd_serve;
 mod cmd_task;
 mod cmd_tools;
 mod console;
+mod reload;
 mod settings;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -35,6 +38,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the service: HTTP API, MCP server at /mcp, chat channels, scheduler (Ctrl-C stops).
+    Serve {
+        /// Address to listen on (default: [server].listen, 127.0.0.1:8760).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+    },
     /// Show which tools each role may call (the tool list an agent task gets every round).
     Tools {
         /// Only this role: guest, user or admin (default: the role × tool matrix).
@@ -95,10 +104,17 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A service reports what it does; one-shot commands only warn.
+    let default_filter = match cli.command {
+        Command::Serve { .. } => {
+            "warn,mai_agent=info,mai_server=info,mai_engine=info,mai_mcp=info,mai_host=info"
+        }
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MAI_AGENT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -136,6 +152,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
     match cli.command {
+        Command::Serve { listen } => {
+            cmd_serve::serve(settings, cmd_serve::ServeArgs { listen }).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Tools { role, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
             cmd_tools::print(&app.engine, role, json)?;

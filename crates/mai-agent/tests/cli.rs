@@ -5,89 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-/// Answers chat completions by rule: titles and polish by model name, agent turns by `script`,
-/// which sees how many tool results the conversation already has.
-struct FakeModel<F: Fn(usize, &Value) -> Value + Send + Sync> {
-    script: F,
-    agent_calls: Arc<AtomicUsize>,
-}
+mod common;
 
-impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&request.body).unwrap();
-        let message = match body["model"].as_str().unwrap() {
-            "title-model" => json!({"role": "assistant", "content": "Test title"}),
-            _ => {
-                self.agent_calls.fetch_add(1, Ordering::SeqCst);
-                let results = body["messages"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter(|m| m["role"] == "tool")
-                    .count();
-                (self.script)(results, &body)
-            }
-        };
-        ResponseTemplate::new(200).set_body_json(json!({
-            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
-        }))
-    }
-}
-
-fn tool_call(id: &str, name: &str, args: Value) -> Value {
-    json!({"role": "assistant", "content": null, "tool_calls": [
-        {"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]})
-}
-
-fn answer(text: &str) -> Value {
-    json!({"role": "assistant", "content": text})
-}
-
-async fn fake_model(
-    script: impl Fn(usize, &Value) -> Value + Send + Sync + 'static,
-) -> (MockServer, Arc<AtomicUsize>) {
-    let server = MockServer::start().await;
-    let agent_calls = Arc::new(AtomicUsize::new(0));
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(FakeModel {
-            script,
-            agent_calls: agent_calls.clone(),
-        })
-        .mount(&server)
-        .await;
-    (server, agent_calls)
-}
-
-fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mai-agent"))
-}
-
-/// The binary with a data dir and the fake server configured through the environment.
-fn mai(data_dir: &Path, server: &MockServer) -> Command {
-    let mut command = Command::new(binary());
-    command
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("MAI_AGENT__LLM__BASE_URL", format!("{}/v1", server.uri()))
-        .env("MAI_AGENT__LLM__API_KEY", "test-key")
-        .env("MAI_AGENT__LLM__MODEL", "agent-model")
-        .env("MAI_AGENT__LLM__MODELS__TITLE", "title-model")
-        .env("MAI_AGENT__POLISH__ENABLED", "false")
-        .env_remove("MAI_AGENT_CONFIG");
-    command
-}
+use common::*;
 
 fn last_json_line(stdout: &str) -> Value {
     serde_json::from_str(stdout.lines().last().expect("no stdout")).expect("last line is JSON")

@@ -1,0 +1,198 @@
+//! `mai-agent serve`: the long-running service. Starts the store, engine, MCP client manager,
+//! the HTTP API with the MCP server at `/mcp`, the configured chat channels and the config
+//! watcher; on SIGINT/SIGTERM stops taking requests, pauses running tasks (paused-by-stop, resumed
+//! by the next start) and stops the MCP servers.
+//!
+//! Every channel hands its messages to one inbound pipeline (`mai_server::inbound`), so a chat
+//! message from OneBot, the console or `POST /v1/messages` is treated the same way.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use mai_core::capabilities::McpProxy;
+use mai_host::{IncomingMessage, OneBotChannel};
+use mai_server::ServerState;
+use mai_server::http::HttpOptions;
+use mai_server::metrics::Metrics;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{self, App, ModelChoice};
+use crate::settings::Settings;
+
+/// How many received chat messages may wait for the pipeline before channels slow down.
+const INBOUND_QUEUE: usize = 1024;
+
+pub struct ServeArgs {
+    pub listen: Option<SocketAddr>,
+}
+
+/// Runs until SIGINT/SIGTERM; returns after a graceful stop.
+pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
+    let config = settings.config.clone();
+    let listen = match args.listen {
+        Some(listen) => listen,
+        None => config.server.listen.parse().with_context(|| {
+            format!(
+                "[server].listen `{}` is not an address",
+                config.server.listen
+            )
+        })?,
+    };
+    // Bind before anything starts, so a taken port fails fast and changes nothing.
+    let listener = TcpListener::bind(listen).await.with_context(|| {
+        format!(
+            "cannot listen on {listen}: is another mai-agent running? choose another with --listen"
+        )
+    })?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the listen address")?;
+
+    let metrics = Metrics::new();
+    let App { engine, host, mcp } =
+        app::build_metered(&settings, ModelChoice::Configured, Some(&metrics)).await?;
+    engine.start().await.context("could not start the engine")?;
+    let proxy = mcp.clone().map(|m| Arc::new(m) as Arc<dyn McpProxy>);
+    let planner = mai_engine::planner::planner_registry(&engine, proxy)
+        .context("could not build the planner tools")?;
+    let state = ServerState {
+        engine: engine.clone(),
+        host: host.clone(),
+        planner: Arc::new(planner),
+    };
+
+    // Chat channels → the inbound pipeline.
+    let (inbound, mut received) = mpsc::channel::<IncomingMessage>(INBOUND_QUEUE);
+    let pipeline = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            while let Some(message) = received.recv().await {
+                let state = state.clone();
+                // One message's slow command (a title from the model) must not hold up others.
+                tokio::spawn(async move {
+                    if let Err(error) = mai_server::inbound::deliver(&state, message).await {
+                        tracing::warn!("incoming message not handled: {error}");
+                    }
+                });
+            }
+        })
+    };
+    let onebot = config.channels.onebot.enabled.then(|| {
+        OneBotChannel::start(
+            config.channels.onebot.clone(),
+            host.clone(),
+            inbound.clone(),
+        )
+    });
+    let console = config.channels.console.enabled.then(|| {
+        crate::console::spawn_reader(config.channels.console.user_id.clone(), inbound.clone())
+    });
+    drop(inbound);
+
+    let _reloader = match &settings.config_path {
+        Some(path) => Some(crate::reload::watch(path, engine.clone(), mcp.clone())?),
+        None => None,
+    };
+
+    // Cancelling `stop` also ends open MCP event streams, which would otherwise hold the
+    // graceful HTTP shutdown open forever.
+    let stop = CancellationToken::new();
+    let mcp_router = config
+        .server
+        .mcp_enabled
+        .then(|| mai_server::mcp::http_router_until(state.clone(), stop.clone()));
+    let router = mai_server::http::router(
+        state.clone(),
+        HttpOptions {
+            config: config.server.clone(),
+            mcp: mcp_router,
+            metrics,
+        },
+    );
+    let http = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        })
+    };
+    announce(
+        &settings.data_dir,
+        settings.config_path.as_ref(),
+        local,
+        &config,
+    );
+
+    wait_for_signal().await?;
+    eprintln!("stopping: pausing running tasks (they resume on the next start)…");
+    stop.cancel();
+    if let Some(console) = console {
+        console.abort();
+    }
+    if let Some(onebot) = onebot {
+        onebot.shutdown().await;
+    }
+    engine.stop().await;
+    if let Some(mcp) = &mcp {
+        mcp.shutdown();
+    }
+    pipeline.abort();
+    match http.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!("HTTP server ended with an error: {error}"),
+        Err(error) => tracing::warn!("HTTP server task failed: {error}"),
+    }
+    eprintln!("stopped");
+    Ok(())
+}
+
+/// The start-up banner: where it listens, where data lives, how to stop it.
+fn announce(
+    data_dir: &std::path::Path,
+    config_path: Option<&PathBuf>,
+    local: SocketAddr,
+    config: &mai_core::config::Config,
+) {
+    let config_line = match config_path {
+        Some(path) => format!("{} (hot-reloaded)", path.display()),
+        None => "built-in defaults (see docs/configuration.md)".into(),
+    };
+    let mcp = if config.server.mcp_enabled {
+        format!(", MCP at http://{local}/mcp")
+    } else {
+        String::new()
+    };
+    eprintln!("mai-agent serving on http://{local} (API under /v1{mcp})");
+    eprintln!("  data:   {}", data_dir.display());
+    eprintln!("  config: {config_line}");
+    if config.channels.onebot.enabled {
+        eprintln!("  OneBot: {}", config.channels.onebot.url);
+    }
+    if config.channels.console.enabled {
+        eprintln!("  console chat: type a message and press Enter (/mt help for commands)");
+    }
+    eprintln!("  Ctrl-C stops (running tasks pause and resume on the next start)");
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM.
+async fn wait_for_signal() -> Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("cannot listen for SIGTERM")?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result.context("cannot listen for Ctrl-C")?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot listen for Ctrl-C")?;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Shared by the binary's integration tests: a fake OpenAI-compatible model server on loopback
+//! and the real `mai-agent` binary configured to use it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// Answers chat completions by rule: titles and polish by model name, agent turns by `script`,
+/// which sees how many tool results the conversation already has.
+pub struct FakeModel<F: Fn(usize, &Value) -> Value + Send + Sync> {
+    script: F,
+    agent_calls: Arc<AtomicUsize>,
+}
+
+impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        let message = match body["model"].as_str().unwrap() {
+            "title-model" => json!({"role": "assistant", "content": "Test title"}),
+            _ => {
+                self.agent_calls.fetch_add(1, Ordering::SeqCst);
+                let results = body["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m["role"] == "tool")
+                    .count();
+                (self.script)(results, &body)
+            }
+        };
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
+        }))
+    }
+}
+
+pub fn tool_call(id: &str, name: &str, args: Value) -> Value {
+    json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]})
+}
+
+pub fn answer(text: &str) -> Value {
+    json!({"role": "assistant", "content": text})
+}
+
+pub async fn fake_model(
+    script: impl Fn(usize, &Value) -> Value + Send + Sync + 'static,
+) -> (MockServer, Arc<AtomicUsize>) {
+    let server = MockServer::start().await;
+    let agent_calls = Arc::new(AtomicUsize::new(0));
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(FakeModel {
+            script,
+            agent_calls: agent_calls.clone(),
+        })
+        .mount(&server)
+        .await;
+    (server, agent_calls)
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mai-agent"))
+}
+
+/// The binary with a data dir and the fake server configured through the environment.
+pub fn mai(data_dir: &Path, server: &MockServer) -> Command {
+    let mut command = Command::new(binary());
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("MAI_AGENT__LLM__BASE_URL", format!("{}/v1", server.uri()))
+        .env("MAI_AGENT__LLM__API_KEY", "test-key")
+        .env("MAI_AGENT__LLM__MODEL", "agent-model")
+        .env("MAI_AGENT__LLM__MODELS__TITLE", "title-model")
+        .env("MAI_AGENT__POLISH__ENABLED", "false")
+        .env_remove("MAI_AGENT_CONFIG");
+    command
+}
+
+/// A running `mai-agent serve`: its stderr lines arrive on a channel, so tests wait for what it
+/// says (the banner, "config reloaded", "stopped") instead of sleeping.
+pub struct Served {
+    pub child: std::process::Child,
+    pub base: String,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub log: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Served {
+    /// Starts `command` (already given `serve --listen 127.0.0.1:0` and its config) and waits
+    /// for the banner with the address.
+    pub fn start(mut command: Command) -> Served {
+        use std::io::BufRead;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().expect("mai-agent serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                keep.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let mut served = Served {
+            child,
+            base: String::new(),
+            lines,
+            log,
+        };
+        let banner = served.wait_line("the banner", |l| l.contains("serving on http://"));
+        let address = banner
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap();
+        served.base = format!("http://{address}");
+        served
+    }
+
+    /// The next stderr line matching `pred` (bounded: a hang fails the test with the log).
+    pub fn wait_line(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if pred(&line) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "mai-agent serve never said {what}; its log:\n{}",
+                    self.log.lock().unwrap().join("\n")
+                ),
+            }
+        }
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
