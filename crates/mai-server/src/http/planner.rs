@@ -5,9 +5,10 @@
 //! the conversation it is in (`context`). The context's `chat_id` is injected into the arguments
 //! as the host-injected `chat_id` stream isolation checks, and it **wins** over a `chat_id` the
 //! arguments carry (the arguments come from the model; the context from the host). For the
-//! `subagent_*` tools, whose `platform`/`group_id`/`user_id` are host context too (`user_id`
-//! names the person a created task is for, who may answer its questions), those are injected
-//! the same way; other tools keep theirs, because there they choose a target.
+//! tools whose schema does not declare `platform`/`group_id`/`user_id` (the `subagent_*` tools;
+//! `user_id` names the person a created task is for, who may answer its questions), those are
+//! injected the same way; `send_message` keeps its own, because there they choose a target.
+//! The rule is [`crate::host_context`]'s, shared with the MCP server.
 //! Must not: run a tool outside `call_planner_tool` (the registry's gates), or build its own
 //! notion of the planner's identity.
 
@@ -22,35 +23,27 @@ use mai_core::role::Role;
 use mai_core::tool::OutcomeKind;
 use mai_engine::planner::call_planner_tool;
 
+use crate::host_context::{HOST_CONTEXT_KEYS, HostContext};
+
 use super::Api;
 use super::error::{ApiError, JsonBody, PathParams, QueryParams};
-
-/// The host's conversation context of a planner call.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct HostContext {
-    /// The current conversation's stream id.
-    chat_id: Option<String>,
-    platform: Option<String>,
-    /// The person the planner is talking to (planner calls still run as the planner).
-    user_id: Option<String>,
-    group_id: Option<String>,
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ToolCallBody {
     #[serde(default)]
     arguments: Option<Value>,
+    /// `{"chat_id", "platform", "user_id", "group_id"}`: read like MCP's `_meta`.
     #[serde(default)]
-    context: Option<HostContext>,
+    context: Option<Map<String, Value>>,
 }
 
-/// The arguments a tool gets: the model's, with the host context written over them.
+/// The arguments a tool gets: the model's, with the host context written over them by the one
+/// rule both front doors share ([`HostContext::inject`]).
 fn with_context(
-    name: &str,
+    schema: &Value,
     arguments: Option<Value>,
-    context: HostContext,
+    context: Option<Map<String, Value>>,
 ) -> Result<Value, ApiError> {
     let mut arguments = match arguments {
         None | Some(Value::Null) => Map::new(),
@@ -62,17 +55,23 @@ fn with_context(
             )));
         }
     };
-    let mut inject = |key: &str, value: Option<String>| {
-        if let Some(value) = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) {
-            arguments.insert(key.to_owned(), Value::String(value));
-        }
-    };
-    inject("chat_id", context.chat_id);
-    if name.starts_with("subagent_") {
-        inject("platform", context.platform);
-        inject("group_id", context.group_id);
-        inject("user_id", context.user_id);
+    let context = context.unwrap_or_default();
+    if let Some(unknown) = context
+        .keys()
+        .find(|k| !HOST_CONTEXT_KEYS.contains(&k.as_str()))
+    {
+        // Like every unknown field in a body: 422, naming it.
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "context: unknown key `{unknown}`; expected {}",
+                HOST_CONTEXT_KEYS.join(", ")
+            ),
+        ));
     }
+    let context = HostContext::from_context(&context)
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    context.inject(&mut arguments, schema);
     Ok(Value::Object(arguments))
 }
 
@@ -96,7 +95,7 @@ pub(crate) async fn call_tool(
     PathParams(name): PathParams<String>,
     JsonBody(body): JsonBody<ToolCallBody>,
 ) -> Result<Response, ApiError> {
-    if api.state.planner.get(&name).is_none() {
+    let Some(tool) = api.state.planner.get(&name) else {
         let names = api.state.planner.names(Role::Admin);
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -106,8 +105,8 @@ pub(crate) async fn call_tool(
             ),
         )
         .with("tools", json!(names.to_vec())));
-    }
-    let arguments = with_context(&name, body.arguments, body.context.unwrap_or_default())?;
+    };
+    let arguments = with_context(tool.parameters(), body.arguments, body.context)?;
     let outcome = call_planner_tool(&api.state.engine, &api.state.planner, &name, arguments).await;
     let status = match outcome.kind {
         OutcomeKind::Ok | OutcomeKind::Failed => StatusCode::OK,
@@ -156,16 +155,18 @@ pub(crate) async fn board(
 mod tests {
     use super::*;
 
+    fn context() -> Option<Map<String, Value>> {
+        match json!({"chat_id": "A", "platform": "qq", "user_id": 1, "group_id": "42"}) {
+            Value::Object(map) => Some(map),
+            _ => None,
+        }
+    }
+
     #[test]
-    fn context_wins_and_only_subagent_tools_take_platform_and_group() {
-        let context = || HostContext {
-            chat_id: Some("A".into()),
-            platform: Some("qq".into()),
-            user_id: Some("1".into()),
-            group_id: Some("42".into()),
-        };
+    fn context_wins_and_declared_parameters_stay_the_models() {
+        let no_target = json!({"properties": {"stream_id": {}}});
         let args = with_context(
-            "subagent_list",
+            &no_target,
             Some(json!({"stream_id": "B", "chat_id": "B", "group_id": "7"})),
             context(),
         )
@@ -174,17 +175,31 @@ mod tests {
             args,
             json!({"stream_id": "B", "chat_id": "A", "platform": "qq", "group_id": "42", "user_id": "1"})
         );
+        let send =
+            json!({"properties": {"text": {}, "group_id": {}, "user_id": {}, "platform": {}}});
         let args = with_context(
-            "send_message",
+            &send,
             Some(json!({"text": "hi", "group_id": "7"})),
             context(),
         )
         .unwrap();
         assert_eq!(args, json!({"text": "hi", "group_id": "7", "chat_id": "A"}));
-        assert!(with_context("send_message", Some(json!([1])), context()).is_err());
-        assert_eq!(
-            with_context("list_mcp_tools", None, HostContext::default()).unwrap(),
-            json!({})
+        assert!(with_context(&send, Some(json!([1])), context()).is_err());
+        assert_eq!(with_context(&no_target, None, None).unwrap(), json!({}));
+    }
+
+    #[test]
+    fn bad_context_is_named() {
+        let mut bad = context().unwrap();
+        bad.insert("chat_idd".into(), json!("A"));
+        let error = with_context(&json!({}), None, Some(bad)).unwrap_err();
+        assert!(format!("{error:?}").contains("chat_idd"), "{error:?}");
+        let mut bad = context().unwrap();
+        bad.insert("chat_id".into(), json!(["A"]));
+        let error = with_context(&json!({}), None, Some(bad)).unwrap_err();
+        assert!(
+            format!("{error:?}").contains("context.chat_id"),
+            "{error:?}"
         );
     }
 }

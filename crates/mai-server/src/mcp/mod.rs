@@ -5,11 +5,10 @@
 //! Owns the protocol mapping only, and leaves the protocol itself to rmcp (the official SDK):
 //! `tools/list` is the planner registry with `_meta.visibility`, `tools/call` runs
 //! [`call_planner_tool`] with the host context of the request's `_meta` injected
-//! ([`host_context`]). Must not: offer anything but the planner registry's tools, decide a
+//! ([`crate::host_context`]). Must not: offer anything but the planner registry's tools, decide a
 //! permission or a stream itself (the planner tools and stream isolation do), or apply its own
 //! HTTP Host/Origin policy — the HTTP API router guards everything it nests, in one place.
 
-pub mod host_context;
 mod tools;
 
 use std::sync::Arc;
@@ -29,8 +28,8 @@ use tracing::Instrument;
 
 use mai_engine::planner::{call_planner_tool, planner_visibility};
 
+pub use crate::host_context::{HOST_CONTEXT_KEYS, HostContext, HostContextError};
 use crate::state::ServerState;
-pub use host_context::{HOST_CONTEXT_KEYS, HostContext, HostContextError};
 
 /// The server's name in `initialize` / `server/discover` answers.
 pub const SERVER_NAME: &str = "mai-agent";

@@ -1,7 +1,8 @@
-//! The host context of a planner call made over MCP: the conversation (and platform, person,
-//! group) the host's planner is acting in, read from the `tools/call` request's `_meta`, and how
-//! it reaches the planner tools — as the host-injected keys in the arguments, the `chat_id` that
-//! stream isolation checks (`mai_engine::planner`, SYSTEM.md §7).
+//! The host context of a planner call: the conversation (and platform, person, group) the host's
+//! planner is acting in — read from an MCP `tools/call` request's `_meta` or from the HTTP API's
+//! `context` envelope — and how it reaches the planner tools: as the host-injected keys in the
+//! arguments, the `chat_id` that stream isolation checks (`mai_engine::planner`, SYSTEM.md §7).
+//! One place for both front doors, so a planner gets the same treatment over either.
 //!
 //! Must not: let anything the model wrote in the arguments win over what the host sent in
 //! `_meta`, or overwrite a parameter a tool's schema gives the model (`send_message`'s
@@ -24,13 +25,15 @@ pub struct HostContext {
     pub group_id: Option<String>,
 }
 
-/// A `_meta` host-context key whose value is neither a string nor a number.
+/// A host-context key whose value is neither a string nor a number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "request _meta.{key} must be a string or a number (the host's current {what}), got {got}; \
+    "{origin}.{key} must be a string or a number (the host's current {what}), got {got}; \
      send it as a string or leave it out"
 )]
 pub struct HostContextError {
+    /// Where the context came from: `request _meta` (MCP) or `context` (HTTP).
+    pub origin: &'static str,
     pub key: &'static str,
     pub what: &'static str,
     pub got: String,
@@ -41,12 +44,25 @@ impl HostContext {
     /// mean "not sent"; numbers are accepted because chat platforms' ids often are numbers
     /// (QQ group and user ids).
     pub fn from_meta(meta: &Map<String, Value>) -> Result<HostContext, HostContextError> {
+        Self::read(meta, "request _meta")
+    }
+
+    /// Reads the HTTP API's `context` object, by the same rules as [`HostContext::from_meta`].
+    pub fn from_context(context: &Map<String, Value>) -> Result<HostContext, HostContextError> {
+        Self::read(context, "context")
+    }
+
+    fn read(
+        meta: &Map<String, Value>,
+        source: &'static str,
+    ) -> Result<HostContext, HostContextError> {
         let read = |key: &'static str, what: &'static str| -> Result<_, HostContextError> {
             match meta.get(key) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(text)) => Ok(non_blank(text)),
                 Some(Value::Number(number)) => Ok(Some(number.to_string())),
                 Some(other) => Err(HostContextError {
+                    origin: source,
                     key,
                     what,
                     got: json_kind(other).to_owned(),
