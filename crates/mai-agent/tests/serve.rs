@@ -79,3 +79,108 @@ async fn a_taken_port_is_reported_before_anything_starts() {
     );
     assert!(stderr.contains("--listen"), "{stderr}");
 }
+
+/// The first agent call hangs (the task is mid-round when SIGTERM comes) and tells the test it
+/// arrived; later calls answer at once.
+struct HangFirst {
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    arrived: std::sync::Mutex<std::sync::mpsc::Sender<usize>>,
+}
+
+impl wiremock::Respond for HangFirst {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        let content = if body["model"] == "title-model" {
+            "Stop test".to_owned()
+        } else {
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = self.arrived.lock().unwrap().send(n);
+            if n == 0 {
+                return wiremock::ResponseTemplate::new(200)
+                    .set_delay(std::time::Duration::from_secs(600));
+            }
+            "finished after the restart".to_owned()
+        };
+        wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+        }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_pauses_a_running_task_and_the_next_start_finishes_it() {
+    let model = wiremock::MockServer::start().await;
+    let (arrived, calls) = std::sync::mpsc::channel();
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(HangFirst {
+            calls: Default::default(),
+            arrived: std::sync::Mutex::new(arrived),
+        })
+        .mount(&model)
+        .await;
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("mai-agent.toml");
+    std::fs::write(&config, "").unwrap();
+    let client = reqwest::Client::new();
+
+    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    // The console chat exists once its person has said something; its replies print as `mai>`.
+    let said = client
+        .post(format!("{}/v1/messages", served.base))
+        .json(&serde_json::json!({"platform": "console", "user_id": "local", "text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(said.status().is_success(), "{}", said.text().await.unwrap());
+    let created: serde_json::Value = client
+        .post(format!("{}/v1/tasks", served.base))
+        .json(&serde_json::json!({"intent": "a long job", "stream_id": "console:local", "platform": "console"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    // The task's first model call is in flight: stop now.
+    assert_eq!(
+        calls
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap(),
+        0
+    );
+    assert!(served.terminate().success());
+    drop(served);
+
+    let output = mai(data.path(), &model)
+        .arg("--config")
+        .arg(&config)
+        .args(["task", "status", &id, "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["status"], "paused", "{status}");
+
+    // The next start resumes it; its answer reaches the console chat.
+    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    assert_eq!(
+        calls.recv_timeout(std::time::Duration::from_secs(60)),
+        Ok(1),
+        "the resumed task called the model again"
+    );
+    served.wait_line("the answer in the console chat", |l| {
+        l.contains("mai> finished after the restart")
+    });
+    let task: serde_json::Value = client
+        .get(format!("{}/v1/tasks/{id}", served.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["status"], "completed", "{task}");
+    assert!(served.terminate().success());
+}

@@ -98,27 +98,28 @@ pub struct Served {
 
 impl Served {
     /// Starts `command` (already given `serve --listen 127.0.0.1:0` and its config) and waits
-    /// for the banner with the address.
+    /// for the banner with the address. stdout (what the console chat prints, `mai> …`) and
+    /// stderr (logs) both arrive as lines.
     pub fn start(mut command: Command) -> Served {
         use std::io::BufRead;
         command
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = command.spawn().expect("mai-agent serve starts");
-        let stderr = child.stderr.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let keep = log.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                keep.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
+        let stdout: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
+        let stderr: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
+        for pipe in [stdout, stderr] {
+            let (tx, keep) = (tx.clone(), log.clone());
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                    keep.lock().unwrap().push(line.clone());
+                    let _ = tx.send(line);
+                }
+            });
+        }
         let mut served = Served {
             child,
             base: String::new(),
