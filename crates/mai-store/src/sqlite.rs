@@ -17,9 +17,6 @@ use tokio::sync::Mutex;
 use crate::error::{OpenFailed, db};
 use crate::schema;
 
-/// Prepared statements kept per connection.
-const STATEMENT_CACHE: usize = 512;
-
 /// How the pool is sized and how long a writer waits for another one.
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
@@ -94,9 +91,7 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(options.busy_timeout)
-            // Group-commit batches combine a few statement shapes in many orders.
-            .statement_cache_capacity(STATEMENT_CACHE);
+            .busy_timeout(options.busy_timeout);
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
             // A ping per acquire is a round trip to the connection's thread for nothing: a
