@@ -54,6 +54,24 @@ pub struct NewHistoryEntry {
     pub at: DateTime<Utc>,
 }
 
+/// One write of an atomic group ([`TaskStore::write`]).
+#[derive(Debug, Clone, Copy)]
+pub enum TaskWrite<'a> {
+    /// A new task (its whole status log included). A task that already exists with this id is
+    /// left as it is: derived ids (reply tasks) make a repeated insert a no-op, not an error.
+    InsertIfAbsent(&'a TaskRecord),
+    /// [`TaskStore::checkpoint`]: the compare-and-set save of `task` plus `history`.
+    Save {
+        task: &'a TaskRecord,
+        expected: Option<TaskStatus>,
+        /// Also require that the stored task is waiting on the question of this `ask_user`
+        /// call (`metadata.waiting.call_id`): answering a question is a compare-and-set on the
+        /// waiting state, so of two concurrent answers exactly one lands.
+        expected_question: Option<&'a str>,
+        history: &'a [NewHistoryEntry],
+    },
+}
+
 /// Which tasks to list. Empty fields do not filter.
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
@@ -124,6 +142,10 @@ pub trait TaskStore: Send + Sync + 'static {
         expected: Option<TaskStatus>,
         history: &[NewHistoryEntry],
     ) -> Result<SaveOutcome, StoreError>;
+
+    /// Several writes in one transaction: all happen or none. The outcome is `Saved`, or the
+    /// `Conflict` of the first save whose expectation (status, question) did not hold.
+    async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError>;
 
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError>;
 

@@ -110,7 +110,11 @@ impl Engine {
                 return Ok(RunEnd::Stopped(reason));
             }
             match conversation.tail() {
-                Tail::Answered(text) => return Ok(RunEnd::Answer(text)),
+                Tail::Answered(text) => {
+                    // Written with the completion (one write instead of two).
+                    let history = self.unsaved_entries(&conversation, task.metadata.rounds)?;
+                    return Ok(RunEnd::Answer { text, history });
+                }
                 Tail::Unfinished(calls) => {
                     match self
                         .run_calls(task, &mut conversation, calls, &ctx, control)
@@ -195,12 +199,9 @@ impl Engine {
             message.content = "(the agent finished without writing an answer)".to_owned();
         }
         task.metadata.rounds = round;
-        if message.tool_calls.is_empty() {
-            // The final answer: saved now, it is what the task delivers.
-            self.checkpoint(task, conversation, round, message).await?;
-        } else {
-            conversation.defer(message);
-        }
+        // A reply that calls tools is saved with its first result; the final answer with the
+        // task's completion.
+        conversation.defer(message);
         Ok(None)
     }
 
@@ -260,7 +261,7 @@ impl Engine {
                 .await?;
         }
         match question {
-            Some((call, args)) => self.ask_user(task, conversation, call, args).await,
+            Some((call, args)) => self.ask_user(task, conversation, call, args, control).await,
             None => Ok(AfterCalls::Continue),
         }
     }
@@ -320,19 +321,7 @@ impl Engine {
         expected: TaskStatus,
     ) -> Result<bool, EngineError> {
         let at = self.now();
-        let entries: Vec<NewHistoryEntry> = conversation
-            .unsaved
-            .iter()
-            .map(|message| {
-                Ok(NewHistoryEntry {
-                    round,
-                    kind: HistoryKind::Message,
-                    payload: serde_json::to_value(message)
-                        .map_err(|e| EngineError::Internal(e.to_string()))?,
-                    at,
-                })
-            })
-            .collect::<Result<_, EngineError>>()?;
+        let entries = self.unsaved_entries(conversation, round)?;
         task.metadata.history_len += entries.len() as u64;
         task.updated_at = at;
         match self
@@ -358,6 +347,28 @@ impl Engine {
                 Ok(false)
             }
         }
+    }
+
+    /// The conversation's messages not checkpointed yet, as history entries of `round`.
+    pub(crate) fn unsaved_entries(
+        &self,
+        conversation: &Conversation,
+        round: u32,
+    ) -> Result<Vec<NewHistoryEntry>, EngineError> {
+        let at = self.now();
+        conversation
+            .unsaved
+            .iter()
+            .map(|message| {
+                Ok(NewHistoryEntry {
+                    round,
+                    kind: HistoryKind::Message,
+                    payload: serde_json::to_value(message)
+                        .map_err(|e| EngineError::Internal(e.to_string()))?,
+                    at,
+                })
+            })
+            .collect()
     }
 
     /// Reads instructions injected since the loop last looked (only when there are some).

@@ -62,9 +62,27 @@ pub(crate) enum StopReason {
 pub(crate) struct RunControl {
     pub token: CancellationToken,
     reason: Arc<Mutex<Option<StopReason>>>,
+    /// Running time is added to the record up to this moment (set when the run starts).
+    accounted_until: Arc<Mutex<Option<DateTime<Utc>>>>,
 }
 
 impl RunControl {
+    /// A control for a run that starts at `started`.
+    pub(crate) fn starting_at(started: DateTime<Utc>) -> Self {
+        let control = RunControl::default();
+        *lock(&control.accounted_until) = Some(started);
+        control
+    }
+
+    /// Adds the running time since it was last added to `task.metadata.runtime_secs`, so a
+    /// write that ends the running (a question, the run's end) carries it.
+    pub(crate) fn add_runtime(&self, task: &mut TaskRecord, now: DateTime<Utc>) {
+        let mut since = lock(&self.accounted_until);
+        if let Some(from) = since.replace(now) {
+            task.metadata.runtime_secs += (now - from).num_seconds().max(0) as u64;
+        }
+    }
+
     /// Asks the task to stop; the first reason wins.
     pub(crate) fn stop(&self, reason: StopReason) {
         let mut current = lock(&self.reason);
@@ -170,8 +188,6 @@ pub struct Engine {
     pub(crate) running: Mutex<HashMap<TaskId, RunControl>>,
     /// What each planner session was last shown on its board.
     pub(crate) board: Mutex<crate::planner_board::BoardMemory>,
-    /// Serializes recording answers, so two answers racing for one question never both land.
-    pub(crate) answer_lock: tokio::sync::Mutex<()>,
     /// Tasks with injected instructions not yet read by their loop.
     pub(crate) injected: Mutex<HashSet<TaskId>>,
     pub(crate) events: Events,
@@ -201,7 +217,6 @@ impl Engine {
             waiting: Mutex::new(WaitingIndex::default()),
             running: Mutex::new(HashMap::new()),
             board: Mutex::new(crate::planner_board::BoardMemory::default()),
-            answer_lock: tokio::sync::Mutex::new(()),
             injected: Mutex::new(HashSet::new()),
             events: Events::new(),
             shutdown: CancellationToken::new(),
@@ -392,7 +407,8 @@ impl Engine {
         let cap = self.config.config().task.max_concurrent_tasks as usize;
         for id in self.queue.take_dispatchable(cap) {
             let engine = engine.clone();
-            self.tracker.spawn(async move { engine.run_one(id).await });
+            self.tracker
+                .spawn(async move { engine.run_one(id, None).await });
         }
     }
 
@@ -402,7 +418,8 @@ impl Engine {
         self.dispatch();
     }
 
-    /// A scheduled task is due.
+    /// A scheduled task is due. With a free slot it is claimed at once — `scheduled → pending
+    /// → running` in one compare-and-set write — and runs; otherwise it is queued.
     async fn on_due(&self, id: TaskId) {
         let result: Result<(), EngineError> = async {
             let Some(mut task) = self.store.get(id).await? else {
@@ -411,7 +428,22 @@ impl Engine {
             if task.status != TaskStatus::Scheduled {
                 return Ok(());
             }
-            task.transition(TaskStatus::Pending, "scheduler", "due", self.now())?;
+            let now = self.now();
+            task.transition(TaskStatus::Pending, "scheduler", "due", now)?;
+            let cap = self.config.config().task.max_concurrent_tasks as usize;
+            if self.started.load(std::sync::atomic::Ordering::SeqCst)
+                && !self.shutdown.is_cancelled()
+                && self.queue.try_reserve(id, cap)
+            {
+                // The slot is ours; `run_one` frees it whatever happens.
+                if let Some(engine) = self.arc() {
+                    self.tracker
+                        .spawn(async move { engine.run_one(id, Some(task)).await });
+                } else {
+                    self.queue.finish(id);
+                }
+                return Ok(());
+            }
             if self.save_status(&task, TaskStatus::Scheduled).await? {
                 self.enqueue(&task);
             }

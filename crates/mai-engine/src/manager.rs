@@ -333,11 +333,18 @@ impl Engine {
         text: &str,
     ) -> Result<TaskRecord, EngineError> {
         let task = self.resolve_for_change(caller, reference).await?;
-        if task.status != TaskStatus::WaitingInput || !self.answer_task(task.id, text).await? {
+        if task.status != TaskStatus::WaitingInput {
             return Err(EngineError::WrongState {
                 short: task.id.short(),
                 status: task.status,
                 what: "only a task waiting for an answer can be answered",
+            });
+        }
+        if !self.answer_task(task.id, text).await? {
+            return Err(EngineError::WrongState {
+                short: task.id.short(),
+                status: task.status,
+                what: "its question was already answered",
             });
         }
         Ok(task)

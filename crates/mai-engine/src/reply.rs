@@ -26,6 +26,18 @@ use crate::splitter;
 const POLISH_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Engine {
+    /// When the text needs no polish (raw, or polish off), splits it into its final parts now,
+    /// so the claim fixes them in the same write.
+    pub(crate) fn fix_parts_unpolished(&self, task: &mut TaskRecord) {
+        let config = self.config.config();
+        if !task.metadata.raw && config.polish.enabled {
+            return;
+        }
+        let text = task.metadata.answer.as_deref().unwrap_or(&task.intent);
+        let parts = self.split_parts(text, true);
+        task.metadata.delivery = Some(DeliveryProgress { parts, sent: 0 });
+    }
+
     /// Delivers an instant task's text to its reply stream.
     pub(crate) async fn run_instant(&self, task: &mut TaskRecord, control: &RunControl) -> RunEnd {
         let stream = task.reply_stream().clone();
@@ -66,8 +78,15 @@ impl Engine {
             if let Err(error) = sent {
                 return RunEnd::Failed(error);
             }
+            let mut last = false;
             if let Some(progress) = task.metadata.delivery.as_mut() {
                 progress.sent += 1;
+                last = progress.sent >= progress.parts.len();
+            }
+            // The last part's progress is saved with the completion (a crash before it resends
+            // that part, as a crash right after any send does).
+            if last {
+                return RunEnd::Delivered;
             }
             if let Err(end) = self.save_progress(task).await {
                 return end;
@@ -112,15 +131,20 @@ impl Engine {
         polish: bool,
         split: bool,
     ) -> Vec<String> {
-        let config = self.config.config();
-        let text = if polish && config.polish.enabled {
-            self.polish(stream, text).await
+        if polish && self.config.config().polish.enabled {
+            let text = self.polish(stream, text).await;
+            self.split_parts(&text, split)
         } else {
-            text.to_owned()
-        };
+            self.split_parts(text, split)
+        }
+    }
+
+    /// The parts of a final text: split if asked and enabled; none for a blank text.
+    fn split_parts(&self, text: &str, split: bool) -> Vec<String> {
+        let config = self.config.config();
         if split && config.splitter.enable {
             let parts = splitter::split(
-                &text,
+                text,
                 config.splitter.max_length as usize,
                 config.splitter.max_messages as usize,
             );
@@ -131,7 +155,7 @@ impl Engine {
         if text.trim().is_empty() {
             Vec::new()
         } else {
-            vec![text]
+            vec![text.to_owned()]
         }
     }
 

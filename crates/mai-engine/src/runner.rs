@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use mai_core::store::StoreError;
+use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
 use mai_core::task::{NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
 
 use crate::conversation::{Conversation, Tail};
@@ -18,8 +18,12 @@ use crate::events::TaskEvent;
 /// How a run segment ended.
 #[derive(Debug)]
 pub(crate) enum RunEnd {
-    /// An agent's final answer.
-    Answer(String),
+    /// An agent's final answer, with the conversation's messages not checkpointed yet (the
+    /// answer itself): they are written with the completion.
+    Answer {
+        text: String,
+        history: Vec<NewHistoryEntry>,
+    },
     /// An instant task delivered its text.
     Delivered,
     /// The task asked its owner and is now `waiting_input` (already persisted).
@@ -31,9 +35,11 @@ pub(crate) enum RunEnd {
 const ACTOR: &str = "scheduler";
 
 impl Engine {
-    /// Runs a dispatched task, then frees its slot and dispatches more.
-    pub(crate) async fn run_one(&self, id: TaskId) {
-        if let Err(error) = self.run_claimed(id).await {
+    /// Runs a dispatched task, then frees its slot and dispatches more. `due` is a scheduled
+    /// task claimed the moment it became due: read already and moved to `pending` in memory,
+    /// still `scheduled` in the store.
+    pub(crate) async fn run_one(&self, id: TaskId, due: Option<TaskRecord>) {
+        if let Err(error) = self.run_claimed(id, due).await {
             tracing::error!(task = %id, %error, "task run failed inside the engine");
         }
         lock(&self.running).remove(&id);
@@ -41,9 +47,16 @@ impl Engine {
         self.dispatch();
     }
 
-    async fn run_claimed(&self, id: TaskId) -> Result<(), EngineError> {
-        let Some(mut task) = self.store.get(id).await? else {
-            return Ok(());
+    async fn run_claimed(&self, id: TaskId, due: Option<TaskRecord>) -> Result<(), EngineError> {
+        let (mut task, expected) = match due {
+            Some(task) => (task, TaskStatus::Scheduled),
+            None => {
+                let Some(task) = self.store.get(id).await? else {
+                    return Ok(());
+                };
+                let status = task.status;
+                (task, status)
+            }
         };
         let from = task.status;
         match from {
@@ -52,11 +65,17 @@ impl Engine {
             TaskStatus::WaitingInput if self.question_answered(&task).await? => {}
             _ => return Ok(()),
         }
+        let started = self.now();
         // Register the control before claiming, so a cancel that sees `running` finds it.
-        let control = RunControl::default();
+        let control = RunControl::starting_at(started);
         lock(&self.running).insert(id, control.clone());
         // A stop that collected the controls just before this one was added must still win.
         if self.shutdown.is_cancelled() {
+            if expected == TaskStatus::Scheduled {
+                // Claimed on due but never written: leave it due for the next start.
+                self.schedule_timers
+                    .arm(id, task.scheduled_at.unwrap_or(started));
+            }
             return Ok(());
         }
         let reason = if from == TaskStatus::WaitingInput {
@@ -64,18 +83,44 @@ impl Engine {
         } else {
             "dispatched"
         };
-        let started = self.now();
         task.transition(TaskStatus::Running, ACTOR, reason, started)?;
         task.metadata.waiting = None;
         task.metadata.pause_cause = None;
-        if !self.save_status(&task, from).await? {
+        if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
+            // Without polish the parts are known now: fixed in the claim, not in a write of
+            // their own.
+            self.fix_parts_unpolished(&mut task);
+        }
+        // The claim: a compare-and-set on what the store holds, so a concurrent cancel wins.
+        if !self.save_claim(&task, expected).await? {
             return Ok(());
         }
 
         let end = self.run_with_deadline(&mut task, &control).await;
-        let spent = (self.now() - started).num_seconds().max(0) as u64;
-        task.metadata.runtime_secs += spent;
+        control.add_runtime(&mut task, self.now());
         self.finish_run(task, end, control.reason()).await
+    }
+
+    /// Saves a claim; for a task claimed on due, emits the `pending` step too.
+    async fn save_claim(
+        &self,
+        task: &TaskRecord,
+        expected: TaskStatus,
+    ) -> Result<bool, EngineError> {
+        if expected == TaskStatus::Scheduled {
+            if self.store.save(task, Some(expected)).await? != mai_core::store::SaveOutcome::Saved {
+                return Ok(false);
+            }
+            for change in task.status_log.iter().rev().take(2).rev() {
+                self.emit(TaskEvent::Status {
+                    task_id: task.id,
+                    status: change.status,
+                    reason: change.reason.clone(),
+                });
+            }
+            return Ok(true);
+        }
+        self.save_status(task, expected).await
     }
 
     /// Runs the task's work, asking it to stop once `max_runtime_min` (running time only) is
@@ -124,19 +169,42 @@ impl Engine {
         let now = self.now();
         match end {
             RunEnd::Waiting => self.apply_stop_to_waiting(task.id, stop).await,
-            RunEnd::Answer(text) => {
-                let reply = reply_task_id(&task);
-                self.create_reply(&task, &text, false).await?;
+            RunEnd::Answer { text, history } => {
                 task.metadata.answer = Some(text.clone());
+                if matches!(task.trigger, Trigger::Cron { .. }) {
+                    return self.complete_cron_answer(task, text, history).await;
+                }
+                // The answer, the completion and the reply task in one write: a concurrent
+                // cancel wins (nothing is written and no reply goes out).
+                task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
+                task.metadata.history_len += history.len() as u64;
+                let reply = self.reply_task(&task, &text, false);
+                let outcome = self
+                    .store
+                    .write(&[
+                        TaskWrite::Save {
+                            task: &task,
+                            expected: Some(TaskStatus::Running),
+                            expected_question: None,
+                            history: &history,
+                        },
+                        TaskWrite::InsertIfAbsent(&reply),
+                    ])
+                    .await?;
+                if let SaveOutcome::Conflict { actual } = outcome {
+                    tracing::debug!(task = %task.id, %actual, "changed before it could complete");
+                    return Ok(());
+                }
                 self.emit(TaskEvent::Answer {
                     task_id: task.id,
-                    text,
+                    text: text.clone(),
                 });
-                if !self.complete(task, "answered").await? {
-                    // Changed by someone else meanwhile (another process cancelled it): the
-                    // reply must not go out.
-                    self.cancel_reply(reply).await;
-                }
+                self.emit(TaskEvent::Status {
+                    task_id: task.id,
+                    status: TaskStatus::Completed,
+                    reason: "answered".to_owned(),
+                });
+                self.reply_created(&task, &reply, &text).await;
                 Ok(())
             }
             RunEnd::Delivered => self.complete(task, "delivered").await.map(drop),
@@ -173,28 +241,77 @@ impl Engine {
     async fn fail(&self, mut task: TaskRecord, error: &str) -> Result<(), EngineError> {
         task.metadata.error = Some(error.to_owned());
         task.transition(TaskStatus::Failed, ACTOR, error, self.now())?;
-        let saved = self.save_status(&task, TaskStatus::Running).await?;
-        if saved && task.level == TaskLevel::Agent {
-            let notice = format!(
-                "Task \"{}\" ({}) failed: {error}",
-                task.title,
-                task.id.short()
-            );
-            self.create_reply(&task, &notice, true).await?;
+        if task.level != TaskLevel::Agent {
+            return self.save_status(&task, TaskStatus::Running).await.map(drop);
+        }
+        // The failure and its notice in one write.
+        let notice = format!(
+            "Task \"{}\" ({}) failed: {error}",
+            task.title,
+            task.id.short()
+        );
+        let reply = self.reply_task(&task, &notice, true);
+        let outcome = self
+            .store
+            .write(&[
+                TaskWrite::Save {
+                    task: &task,
+                    expected: Some(TaskStatus::Running),
+                    expected_question: None,
+                    history: &[],
+                },
+                TaskWrite::InsertIfAbsent(&reply),
+            ])
+            .await?;
+        if outcome == SaveOutcome::Saved {
+            if let Some(change) = task.status_log.last() {
+                self.emit(TaskEvent::Status {
+                    task_id: task.id,
+                    status: task.status,
+                    reason: change.reason.clone(),
+                });
+            }
+            self.reply_created(&task, &reply, &notice).await;
         }
         Ok(())
     }
 
-    /// Turns an agent's answer (or failure notice) into an instant reply task to its reply
-    /// stream. The reply's id is derived from the task and its run, so creating it twice (after
-    /// a crash between this and the status save) is a no-op and the reply is sent once.
-    async fn create_reply(
+    /// A cron task's answer: checkpointed first, so the next run's conversation starts after
+    /// it, then the reply and the completion with its re-arm.
+    async fn complete_cron_answer(
         &self,
-        task: &TaskRecord,
-        text: &str,
-        raw: bool,
+        mut task: TaskRecord,
+        text: String,
+        history: Vec<NewHistoryEntry>,
     ) -> Result<(), EngineError> {
-        let id = reply_task_id(task);
+        if !history.is_empty() {
+            task.metadata.history_len += history.len() as u64;
+            let outcome = self
+                .store
+                .checkpoint(&task, Some(TaskStatus::Running), &history)
+                .await?;
+            if outcome != SaveOutcome::Saved {
+                return Ok(());
+            }
+        }
+        let reply = reply_task_id(&task);
+        self.create_reply(&task, &text, false).await?;
+        self.emit(TaskEvent::Answer {
+            task_id: task.id,
+            text,
+        });
+        if !self.complete(task, "answered").await? {
+            // Changed by someone else meanwhile (another process cancelled it): the reply
+            // must not go out.
+            self.cancel_reply(reply).await;
+        }
+        Ok(())
+    }
+
+    /// The instant task that delivers `text` for `task`'s current run. Its id is derived from
+    /// the task and its run, so creating it twice (after a crash) is a no-op and the reply is
+    /// sent once.
+    fn reply_task(&self, task: &TaskRecord, text: &str, raw: bool) -> TaskRecord {
         let mut reply = TaskRecord::new(
             NewTask {
                 title: format!("reply: {}", task.title),
@@ -212,7 +329,7 @@ impl Engine {
             ACTOR,
             self.now(),
         );
-        reply.id = id;
+        reply.id = reply_task_id(task);
         reply.metadata.answer = Some(text.to_owned());
         reply.metadata.raw = raw;
         reply.metadata.parent_task_id = Some(task.id);
@@ -221,18 +338,34 @@ impl Engine {
         } else {
             task.metadata.group_id.clone()
         };
+        reply
+    }
+
+    /// A reply task was written: announce it, queue it, and leave the cross-stream note.
+    async fn reply_created(&self, task: &TaskRecord, reply: &TaskRecord, text: &str) {
+        self.emit(TaskEvent::Created {
+            task_id: reply.id,
+            title: reply.title.clone(),
+        });
+        self.enqueue(reply);
+        if task.reply_stream_id.is_some() && task.reply_stream_id.as_ref() != Some(&task.stream_id)
+        {
+            self.note_cross_stream(task, text).await;
+        }
+    }
+
+    /// Turns an agent's answer into an instant reply task to its reply stream, in a write of
+    /// its own (the cron path).
+    async fn create_reply(
+        &self,
+        task: &TaskRecord,
+        text: &str,
+        raw: bool,
+    ) -> Result<(), EngineError> {
+        let reply = self.reply_task(task, text, raw);
         match self.store.insert(&reply).await {
             Ok(()) => {
-                self.emit(TaskEvent::Created {
-                    task_id: reply.id,
-                    title: reply.title.clone(),
-                });
-                self.enqueue(&reply);
-                if task.reply_stream_id.is_some()
-                    && task.reply_stream_id.as_ref() != Some(&task.stream_id)
-                {
-                    self.note_cross_stream(task, text).await;
-                }
+                self.reply_created(task, &reply, text).await;
                 Ok(())
             }
             Err(StoreError::Duplicate(_)) => Ok(()),

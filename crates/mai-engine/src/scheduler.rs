@@ -115,6 +115,21 @@ impl ReadyQueue {
         taken
     }
 
+    /// Reserves a slot for `id` outside the queue (a due task claimed at once) if one is free
+    /// and `id` is neither queued nor active; `false` leaves everything as it was.
+    pub(crate) fn try_reserve(&self, id: TaskId, max_active: usize) -> bool {
+        let mut state = lock(&self.state);
+        if state.active.len() >= max_active
+            || !state.heap.is_empty()
+            || state.active.contains(&id)
+            || state.queued.contains(&id)
+        {
+            return false;
+        }
+        state.active.insert(id);
+        true
+    }
+
     /// Frees the slot of a finished (or suspended) task, queueing it again if it was pushed
     /// while it ran.
     pub(crate) fn finish(&self, id: TaskId) {

@@ -10,13 +10,13 @@ use serde_json::{Value, json};
 
 use mai_core::ids::{Owner, StreamId};
 use mai_core::model::{ChatMessage, ToolCall};
-use mai_core::store::{HistoryKind, NewHistoryEntry};
+use mai_core::store::{HistoryKind, NewHistoryEntry, SaveOutcome, TaskWrite};
 use mai_core::task::{TaskId, TaskRecord, TaskStatus, WaitingQuestion};
 use mai_core::tool::{OutcomeKind, ToolOutcome};
 
 use crate::agent_loop::AfterCalls;
 use crate::conversation::Conversation;
-use crate::engine::{Engine, lock};
+use crate::engine::{Engine, RunControl, lock};
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
@@ -31,6 +31,7 @@ impl Engine {
         conversation: &mut Conversation,
         call: ToolCall,
         args: Value,
+        control: &RunControl,
     ) -> Result<AfterCalls, EngineError> {
         let question = args
             .get("question")
@@ -55,6 +56,8 @@ impl Engine {
             "asked the user",
             asked_at,
         )?;
+        // The running time so far goes with the waiting state (waiting time does not count).
+        control.add_runtime(task, asked_at);
         // The model's reply with the question is saved with the state change, so the answer can
         // later complete its call.
         let round = task.metadata.rounds;
@@ -198,30 +201,50 @@ impl Engine {
 
     /// Records `result` as the `ask_user` call's result and queues the task to continue.
     /// Returns false if the task is not waiting or its question already has a result.
+    ///
+    /// The record is a compare-and-set on the waiting state: the write clears the question and
+    /// lands only if the stored task still waits on it, so of two answers racing (in this
+    /// process or another) exactly one is recorded.
     async fn resume_with(&self, id: TaskId, result: Value) -> Result<bool, EngineError> {
-        let _one_answer_at_a_time = self.answer_lock.lock().await;
-        let Some(task) = self.store.get(id).await? else {
+        let Some(mut task) = self.store.get(id).await? else {
             return Ok(false);
         };
-        let (TaskStatus::WaitingInput, Some(waiting)) = (task.status, &task.metadata.waiting)
+        let (TaskStatus::WaitingInput, Some(waiting)) =
+            (task.status, task.metadata.waiting.clone())
         else {
             return Ok(false);
         };
         if self.question_answered(&task).await? {
-            // Answered already (e.g. by `mai-agent task ask` from another process): make sure it
-            // runs; queueing is idempotent.
+            // Answered already (its result is in the history): make sure it runs; queueing is
+            // idempotent.
             self.enqueue(&task);
             return Ok(false);
         }
         let message = ChatMessage::tool_result(waiting.call_id.clone(), result.to_string());
+        let now = self.now();
         let entry = NewHistoryEntry {
             round: task.metadata.rounds,
             kind: HistoryKind::Message,
             payload: serde_json::to_value(&message)
                 .map_err(|e| EngineError::Internal(e.to_string()))?,
-            at: self.now(),
+            at: now,
         };
-        self.store.append_history(id, &[entry]).await?;
+        task.metadata.waiting = None;
+        task.metadata.history_len += 1;
+        task.updated_at = now;
+        let outcome = self
+            .store
+            .write(&[TaskWrite::Save {
+                task: &task,
+                expected: Some(TaskStatus::WaitingInput),
+                expected_question: Some(&waiting.call_id),
+                history: &[entry],
+            }])
+            .await?;
+        if outcome != SaveOutcome::Saved {
+            // Someone else answered (or cancelled) first.
+            return Ok(false);
+        }
         self.enqueue(&task);
         Ok(true)
     }

@@ -10,6 +10,7 @@ use crate::error::{corrupt, db};
 use crate::status_log::ROWS_PER_INSERT;
 
 /// A history entry as columns, encoded before the write lock is taken.
+#[derive(Debug)]
 pub(crate) struct HistoryRow {
     pub round: i64,
     pub kind: &'static str,

@@ -8,6 +8,7 @@
 mod agent_history;
 mod codec;
 mod error;
+mod group_commit;
 mod one_trip;
 mod read;
 mod schema;

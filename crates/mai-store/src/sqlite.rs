@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mai_core::store::{
     HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError, TaskFilter, TaskStore,
+    TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::SqlitePool;
@@ -54,6 +55,8 @@ pub struct SqliteStore {
     /// queueing here hands the lock over in order instead of leaving waiters in SQLite's
     /// sleep-and-retry busy handler. Other processes are still covered by `busy_timeout`.
     pub(crate) write_gate: Mutex<()>,
+    /// One-trip writes waiting for the next group commit.
+    pub(crate) write_queue: crate::group_commit::WriteQueue,
 }
 
 impl SqliteStore {
@@ -129,6 +132,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             write_gate: Mutex::new(()),
+            write_queue: crate::group_commit::WriteQueue::default(),
         })
     }
 
@@ -193,7 +197,13 @@ impl TaskStore for SqliteStore {
         task: &TaskRecord,
         expected: Option<TaskStatus>,
     ) -> Result<SaveOutcome, StoreError> {
-        self.write_task(task, expected, &[], "saving a task").await
+        let write = TaskWrite::Save {
+            task,
+            expected,
+            expected_question: None,
+            history: &[],
+        };
+        self.write_all(&[write], "saving a task").await
     }
 
     async fn checkpoint(
@@ -202,8 +212,17 @@ impl TaskStore for SqliteStore {
         expected: Option<TaskStatus>,
         history: &[NewHistoryEntry],
     ) -> Result<SaveOutcome, StoreError> {
-        self.write_task(task, expected, history, "checkpointing a task")
-            .await
+        let write = TaskWrite::Save {
+            task,
+            expected,
+            expected_question: None,
+            history,
+        };
+        self.write_all(&[write], "checkpointing a task").await
+    }
+
+    async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError> {
+        self.write_all(writes, "writing tasks").await
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {

@@ -5,14 +5,15 @@
 //! `SQLITE_BUSY` when another writer committed in between, and busy_timeout cannot help it.
 //! Holding the lock also makes "read the stored status, then write" one atomic step.
 
-use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError};
+use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tokio::sync::MutexGuard;
 
-use crate::agent_history::{encode_history, insert_history};
+use crate::agent_history::{HistoryRow, encode_history, insert_history};
 use crate::codec::{TaskRow, id_key, parse_status};
 use crate::error::{db, is_unique_violation};
+use crate::one_trip::{Head, NewRow, SaveRows, Unit};
 use crate::sqlite::SqliteStore;
 use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
 
@@ -78,83 +79,56 @@ impl SqliteStore {
 
     pub(crate) async fn insert_task(&self, task: &TaskRecord) -> Result<(), StoreError> {
         const DOING: &str = "inserting a task";
-        let row = TaskRow::encode(task)?;
-        let _turn = self.write_gate.lock().await;
-        if self.insert_in_one_trip(task, &row, DOING).await? {
+        let unit = Unit {
+            head: Head::Insert(NewRow::encode(task)?),
+            inserts: Vec::new(),
+        };
+        if unit.fits() && self.commit_unit(unit, DOING).await? {
             return Ok(());
         }
-        let mut tx = self.begin_immediate(DOING).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-             record, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&row.title)
-        .bind(&row.owner)
-        .bind(&row.stream_id)
-        .bind(row.status)
-        .bind(row.level)
-        .bind(&row.created_at)
-        .bind(&row.updated_at)
-        .bind(&row.record)
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Err(error) if is_unique_violation(&error) => {
-                return Err(StoreError::Duplicate(task.id));
-            }
-            other => other.map_err(db(DOING))?,
-        };
-        insert_log_lines(&mut tx, &row.id, 0, &task.status_log, DOING).await?;
+        let (_turn, mut tx) = self.begin_write(DOING).await?;
+        if !insert_in(&mut tx, task, DOING).await? {
+            return Err(StoreError::Duplicate(task.id));
+        }
         tx.commit().await.map_err(db(DOING))
     }
 
-    /// `save` and `checkpoint`: the compare-and-set update, the status-log lines the store lacks
-    /// and `history`, in one transaction.
-    pub(crate) async fn write_task(
+    /// `save`, `checkpoint` and `write`: the writes in one transaction, all or nothing.
+    pub(crate) async fn write_all(
         &self,
-        task: &TaskRecord,
-        expected: Option<TaskStatus>,
-        history: &[NewHistoryEntry],
+        writes: &[TaskWrite<'_>],
         doing: &'static str,
     ) -> Result<SaveOutcome, StoreError> {
-        let row = TaskRow::encode(task)?;
-        let history = encode_history(task.id, history)?;
-        let _turn = self.write_gate.lock().await;
-        // The usual case in one round trip; anything else (conflicts included) below.
-        if let Some(expected) = expected
-            && self
-                .write_in_one_trip(task, &row, expected, &history, doing)
-                .await?
+        // The usual case goes through the group commit; anything else (conflicts included)
+        // below.
+        if let Some(unit) = one_trip_unit(writes)?
+            && unit.fits()
+            && self.commit_unit(unit, doing).await?
         {
             return Ok(SaveOutcome::Saved);
         }
-        let mut tx = self.begin_immediate(doing).await?;
-        let mut updated = None;
-        if expected.is_none_or(|expected| expected == task.status) {
-            updated = update_unindexed(&mut tx, &row, doing).await?;
+        let (_turn, mut tx) = self.begin_write(doing).await?;
+        for write in writes {
+            match *write {
+                TaskWrite::InsertIfAbsent(task) => {
+                    insert_in(&mut tx, task, doing).await?;
+                }
+                TaskWrite::Save {
+                    task,
+                    expected,
+                    expected_question,
+                    history,
+                } => {
+                    let history = encode_history(task.id, history)?;
+                    if let Some(conflict) =
+                        save_in(&mut tx, task, expected, expected_question, &history, doing).await?
+                    {
+                        tx.rollback().await.map_err(db(doing))?;
+                        return Ok(conflict);
+                    }
+                }
+            }
         }
-        if updated.is_none() {
-            updated = update_all(&mut tx, &row, expected, doing).await?;
-        }
-        let Some((log_tail, next_history_seq)) = updated else {
-            let actual: Option<String> =
-                sqlx::query_scalar("SELECT status FROM tasks WHERE id = ?")
-                    .bind(&row.id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db(doing))?;
-            tx.rollback().await.map_err(db(doing))?;
-            return match actual {
-                None => Err(StoreError::NotFound(task.id)),
-                Some(actual) => Ok(SaveOutcome::Conflict {
-                    actual: parse_status(&row.id, &actual)?,
-                }),
-            };
-        };
-        let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
-        append_new_log_lines(&mut tx, &row.id, tail, &task.status_log, doing).await?;
-        insert_history(&mut tx, &row.id, next_history_seq, &history, doing).await?;
         tx.commit().await.map_err(db(doing))?;
         Ok(SaveOutcome::Saved)
     }
@@ -182,6 +156,126 @@ impl SqliteStore {
         insert_history(&mut tx, &key, next_seq, &history, DOING).await?;
         tx.commit().await.map_err(db(DOING))
     }
+}
+
+/// The writes as one group-commit unit, when they have its shape: a compare-and-set save or an
+/// insert first, then only inserts. `None`: take the general path.
+fn one_trip_unit(writes: &[TaskWrite<'_>]) -> Result<Option<Unit>, StoreError> {
+    let Some((first, rest)) = writes.split_first() else {
+        return Ok(None);
+    };
+    let head = match *first {
+        TaskWrite::InsertIfAbsent(task) => Head::Insert(NewRow::encode(task)?),
+        TaskWrite::Save {
+            task,
+            expected,
+            expected_question,
+            history,
+        } => {
+            let row = TaskRow::encode(task)?;
+            let history = encode_history(task.id, history)?;
+            match SaveRows::encode(task, row, expected, expected_question, history) {
+                Some(save) => Head::Save(save),
+                None => return Ok(None),
+            }
+        }
+    };
+    let mut inserts = Vec::with_capacity(rest.len());
+    for write in rest {
+        match *write {
+            TaskWrite::InsertIfAbsent(task) => inserts.push(NewRow::encode(task)?),
+            TaskWrite::Save { .. } => return Ok(None),
+        }
+    }
+    Ok(Some(Unit { head, inserts }))
+}
+
+/// Inserts `task` and its log inside `tx`; `false` if a task with its id exists (nothing
+/// written).
+async fn insert_in(
+    tx: &mut SqliteConnection,
+    task: &TaskRecord,
+    doing: &'static str,
+) -> Result<bool, StoreError> {
+    let row = TaskRow::encode(task)?;
+    let inserted = sqlx::query(
+        "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
+         record, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&row.title)
+    .bind(&row.owner)
+    .bind(&row.stream_id)
+    .bind(row.status)
+    .bind(row.level)
+    .bind(&row.created_at)
+    .bind(&row.updated_at)
+    .bind(&row.record)
+    .bind(&row.id)
+    .execute(&mut *tx)
+    .await;
+    match inserted {
+        Err(error) if is_unique_violation(&error) => return Ok(false),
+        other => other.map_err(db(doing))?,
+    };
+    insert_log_lines(tx, &row.id, 0, &task.status_log, doing).await?;
+    Ok(true)
+}
+
+/// The general compare-and-set save inside `tx` (which holds the write lock): the update, the
+/// status-log lines the store lacks and `history`. `Some(conflict)` when an expectation did not
+/// hold; the caller rolls back.
+async fn save_in(
+    tx: &mut SqliteConnection,
+    task: &TaskRecord,
+    expected: Option<TaskStatus>,
+    expected_question: Option<&str>,
+    history: &[HistoryRow],
+    doing: &'static str,
+) -> Result<Option<SaveOutcome>, StoreError> {
+    let row = TaskRow::encode(task)?;
+    let conflict = |actual: String| -> Result<Option<SaveOutcome>, StoreError> {
+        Ok(Some(SaveOutcome::Conflict {
+            actual: parse_status(&row.id, &actual)?,
+        }))
+    };
+    if let Some(question) = expected_question {
+        // The write lock is held, so this check and the update below are one atomic step.
+        let stored: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT status, json_extract(record, '$.metadata.waiting.call_id') FROM tasks \
+             WHERE id = ?",
+        )
+        .bind(&row.id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db(doing))?;
+        match stored {
+            None => return Err(StoreError::NotFound(task.id)),
+            Some((actual, call)) if call.as_deref() != Some(question) => return conflict(actual),
+            Some(_) => {}
+        }
+    }
+    let mut updated = None;
+    if expected.is_none_or(|expected| expected == task.status) {
+        updated = update_unindexed(tx, &row, doing).await?;
+    }
+    if updated.is_none() {
+        updated = update_all(tx, &row, expected, doing).await?;
+    }
+    let Some((log_tail, next_history_seq)) = updated else {
+        let actual: Option<String> = sqlx::query_scalar("SELECT status FROM tasks WHERE id = ?")
+            .bind(&row.id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        return match actual {
+            None => Err(StoreError::NotFound(task.id)),
+            Some(actual) => conflict(actual),
+        };
+    };
+    let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
+    append_new_log_lines(tx, &row.id, tail, &task.status_log, doing).await?;
+    insert_history(tx, &row.id, next_history_seq, history, doing).await?;
+    Ok(None)
 }
 
 /// [`UPDATE_UNINDEXED`]: `None` when the row does not match (another status, another indexed

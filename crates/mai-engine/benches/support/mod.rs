@@ -22,6 +22,7 @@ use mai_core::model::{
 use mai_core::role::Role;
 use mai_core::store::{
     HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError, TaskFilter, TaskStore,
+    TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{
@@ -255,6 +256,11 @@ impl TaskStore for TimedStore {
                 "store.checkpoint",
                 self.inner.checkpoint(task, expected, history),
             )
+            .await
+    }
+    async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError> {
+        self.timings
+            .time("store.write", self.inner.write(writes))
             .await
     }
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
