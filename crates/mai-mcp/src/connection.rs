@@ -27,13 +27,35 @@ use crate::error::McpError;
 /// How many stderr lines of a child are kept for error reports.
 const STDERR_TAIL_LINES: usize = 20;
 
-/// The last lines a stdio child wrote to stderr (also logged as they arrive).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+/// The last lines a stdio child wrote to stderr (also logged as they arrive), and whether the
+/// current child's stderr has been read to its end.
+#[derive(Debug, Clone)]
+pub(crate) struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    drained: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for StderrTail {
+    fn default() -> Self {
+        StderrTail {
+            lines: Arc::default(),
+            // No child yet: nothing to wait for.
+            drained: Arc::new(tokio::sync::watch::Sender::new(true)),
+        }
+    }
+}
 
 impl StderrTail {
+    /// Waits (at most `limit`) until the child's stderr is read to its end. A child that fails
+    /// at start-up usually says why on stderr and exits; the pipe breaks on our side at the same
+    /// moment, so without this the reason could miss the error report.
+    pub(crate) async fn settle(&self, limit: std::time::Duration) {
+        let mut drained = self.drained.subscribe();
+        let _ = tokio::time::timeout(limit, drained.wait_for(|done| *done)).await;
+    }
+
     fn push(&self, line: String) {
-        let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         if lines.len() == STDERR_TAIL_LINES {
             lines.pop_front();
         }
@@ -41,7 +63,7 @@ impl StderrTail {
     }
 
     pub(crate) fn render(&self) -> String {
-        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         lines.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 }
@@ -177,12 +199,14 @@ fn spawn_stdio(
     if let Some(child_stderr) = child_stderr {
         let tail = stderr.clone();
         let server = config.name.clone();
+        tail.drained.send_replace(false);
         tokio::spawn(async move {
             let mut lines = BufReader::new(child_stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "mai_mcp::stderr", server = %server, "{line}");
                 tail.push(line);
             }
+            tail.drained.send_replace(true);
         });
     }
     Ok((transport, group))

@@ -23,6 +23,9 @@ use crate::error::McpError;
 use crate::naming::{NameMap, ToolKey};
 use crate::result::{DEFAULT_MAX_RESULT_CHARS, shape_result};
 
+/// How long a failed start waits for the child's last stderr lines.
+const STDERR_SETTLE: Duration = Duration::from_millis(500);
+
 /// Knobs that are not per server.
 #[derive(Debug, Clone)]
 pub struct ManagerOptions {
@@ -415,7 +418,11 @@ async fn supervise(manager: std::sync::Weak<Inner>, slot: Arc<ServerSlot>) {
                     Served::Crashed(reason) => reason,
                 }
             }
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => {
+                // A child that failed to start usually said why on its way out.
+                slot.stderr.settle(STDERR_SETTLE).await;
+                e.to_string()
+            }
             Err(_) => McpError::StartupTimeout {
                 secs: budget.as_secs(),
             }
