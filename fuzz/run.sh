@@ -8,6 +8,7 @@
 #   FUZZ_SANITIZER   address (default) | none — passed to `cargo fuzz build -s`
 #   CARGO_TARGET_DIR default ~/.cache/mai-agent/fuzz-target (outside the clone)
 #   FUZZ_CORPUS_DIR  working corpora, default ~/.cache/mai-agent/fuzz-corpus/<target>
+#   FUZZ_TZ          time zone for the cron target (default Europe/Berlin, which has DST)
 #
 # cargo-fuzz needs `-Z` flags; on the stable toolchain RUSTC_BOOTSTRAP=1 enables them. When
 # cargo-fuzz is missing and cannot be installed, the script prints SKIP and exits 0, so CI on such
@@ -21,6 +22,9 @@ sanitizer="${FUZZ_SANITIZER:-address}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mai-agent/fuzz-target}"
 corpus_root="${FUZZ_CORPUS_DIR:-$HOME/.cache/mai-agent/fuzz-corpus}"
 export RUSTC_BOOTSTRAP=1
+# Only `cron` reads the local time zone; one with daylight saving time exercises the gaps and
+# repeated hours of `next_fire`.
+export TZ="${FUZZ_TZ:-Europe/Berlin}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "cargo-fuzz not found; installing it (cargo install --locked cargo-fuzz)"

@@ -391,7 +391,7 @@ pub fn reply_task_id(task: &TaskRecord) -> TaskId {
 ///
 /// An expression that parses but never matches a date (`0 0 31 2 *`) makes croner walk day by day
 /// to its year limit (5000): ~30-150 ms of CPU in a release build, ten times that in a debug one
-/// (found by the `cron` fuzz target). Callers on the async runtime use [`next_fire_blocking`];
+/// (found while fuzzing). Callers on the async runtime use [`next_fire_blocking`];
 /// the error then says what is wrong instead of croner's "time search limit exceeded".
 pub(crate) fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     let cron: croner::Cron = expr
