@@ -15,7 +15,8 @@ use mai_core::role::Role;
 use mai_core::store::{HistoryKind, NewHistoryEntry, SaveOutcome};
 use mai_core::task::{TaskRecord, TaskStatus};
 use mai_core::tool::{
-    OutcomeKind, ToolContext, ToolDefinition, ToolOutcome, ToolRegistry, discovery,
+    MAX_ARGUMENT_BYTES, OutcomeKind, ToolContext, ToolDefinition, ToolOutcome, ToolRegistry,
+    discovery,
 };
 
 use crate::builtin_tools::ASK_USER;
@@ -29,6 +30,48 @@ use crate::truncate::head_tail;
 
 /// Tool results longer than this reach the model as head + tail with a note.
 pub(crate) const MAX_TOOL_RESULT_CHARS: usize = 12_000;
+
+/// Most tool calls run from one model reply (agent loop and sub-agents alike). Models ask for a
+/// handful in parallel; a reply with thousands is a runaway or hostile one, and running them all
+/// would cost a store write each (and, in a sub-agent, as many concurrent calls). The rest are
+/// dropped from the reply before anything runs, and the reply says so, so the model can ask again.
+pub const MAX_TOOL_CALLS_PER_ROUND: usize = 32;
+
+/// Bounds one model reply before it joins the conversation: at most
+/// [`MAX_TOOL_CALLS_PER_ROUND`] calls are kept (the reply's text then notes how many were
+/// dropped), and arguments over [`MAX_ARGUMENT_BYTES`] are replaced by a short note — the gate
+/// would refuse them anyway, and the conversation (sent again every round and checkpointed)
+/// must not carry megabytes the model cannot use.
+pub(crate) fn bound_tool_calls(message: &mut ChatMessage) {
+    let total = message.tool_calls.len();
+    if total > MAX_TOOL_CALLS_PER_ROUND {
+        message.tool_calls.truncate(MAX_TOOL_CALLS_PER_ROUND);
+        let note = format!(
+            "[mai-agent: this reply asked for {total} tool calls; only the first \
+             {MAX_TOOL_CALLS_PER_ROUND} were run and the other {} were dropped. Ask for at most \
+             {MAX_TOOL_CALLS_PER_ROUND} per reply.]",
+            total - MAX_TOOL_CALLS_PER_ROUND
+        );
+        if message.content.trim().is_empty() {
+            message.content = note;
+        } else {
+            message.content.push_str("\n\n");
+            message.content.push_str(&note);
+        }
+    }
+    for call in &mut message.tool_calls {
+        let size = match &call.arguments {
+            Value::String(raw) => raw.len(),
+            other => other.to_string().len(),
+        };
+        if size > MAX_ARGUMENT_BYTES {
+            call.arguments = Value::String(format!(
+                "(mai-agent dropped these arguments: {size} bytes, over the limit of \
+                 {MAX_ARGUMENT_BYTES} bytes per tool call)"
+            ));
+        }
+    }
+}
 
 /// The tool list of the last round, reused while the registry's view for the role is the same
 /// snapshot (a registry change swaps the snapshot, and the next round rebuilds the list).
@@ -195,6 +238,7 @@ impl Engine {
         if last_round {
             message.tool_calls.clear();
         }
+        bound_tool_calls(&mut message);
         if message.tool_calls.is_empty() && message.content.trim().is_empty() {
             message.content = "(the agent finished without writing an answer)".to_owned();
         }

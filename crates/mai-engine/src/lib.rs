@@ -20,3 +20,17 @@ pub mod subagent;
 mod tool_capabilities;
 mod truncate;
 mod waiting;
+
+pub use agent_loop::MAX_TOOL_CALLS_PER_ROUND;
+
+/// Entry points for the fuzz targets in `fuzz/` and for hostile-input tests. Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use chrono::{DateTime, Utc};
+
+    /// How the engine validates a `cron_expr` and finds its next fire time (task creation and
+    /// cron re-arm both go through this).
+    pub fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+        crate::runner::next_fire(expr, after)
+    }
+}

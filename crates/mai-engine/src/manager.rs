@@ -22,7 +22,7 @@ use crate::engine::{Engine, StopReason, lock};
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::next_fire;
+use crate::runner::next_fire_blocking;
 
 /// Longest intent accepted.
 const MAX_INTENT_CHARS: usize = 8_000;
@@ -133,9 +133,11 @@ impl Engine {
                 (TaskStatus::Scheduled, Some(due))
             }
             Trigger::Cron { expr } => {
-                let next = next_fire(expr, now).map_err(|detail| EngineError::InvalidCron {
-                    expr: expr.clone(),
-                    detail,
+                let next = next_fire_blocking(expr, now).await.map_err(|detail| {
+                    EngineError::InvalidCron {
+                        expr: expr.clone(),
+                        detail,
+                    }
                 })?;
                 (TaskStatus::Scheduled, Some(next))
             }

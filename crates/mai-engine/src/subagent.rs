@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolSpec};
 use mai_core::tool::{OutcomeKind, ToolContext, ToolError, ToolOutcome};
 
-use crate::agent_loop::MAX_TOOL_RESULT_CHARS;
+use crate::agent_loop::{MAX_TOOL_RESULT_CHARS, bound_tool_calls};
 use crate::builtin_tools::{ASK_SUBAGENT, ASK_SUBAGENTS, ASK_USER};
 use crate::engine::Engine;
 use crate::prompts::PromptName;
@@ -154,10 +154,11 @@ async fn run_one(
             _ = ctx.cancel_token().cancelled() => return Err("cancelled with the parent task".into()),
             response = engine.model.complete(&request) => response.map_err(|e| format!("model call failed: {e}"))?,
         };
-        let message = response.message;
+        let mut message = response.message;
         if message.tool_calls.is_empty() {
             return Ok(message.content);
         }
+        bound_tool_calls(&mut message);
         last_text.clone_from(&message.content);
         let calls = message.tool_calls.clone();
         messages.push(message);

@@ -13,11 +13,19 @@ use serde_json::Value;
 
 use crate::openai::{self, BodyOptions, WireError};
 use crate::retry::{RetryPolicy, parse_retry_after};
-use crate::stream::{StreamError, read_event_stream};
+use crate::stream::{self, StreamError, read_event_stream};
 use mai_core::config::LlmConfig;
 
 /// How much of an error body goes into an error message.
 const ERROR_DETAIL_CHARS: usize = 500;
+
+/// Largest non-streamed answer read. A real completion is a few hundred KiB at most (even 64k
+/// output tokens are ~256 KiB of JSON); a broken or hostile server that sends more is refused
+/// with an error instead of being buffered until memory runs out.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Largest body of an error status read for its message (only an excerpt is kept anyway).
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// A Chat Completions client. Cheap to share behind an `Arc`; one per `[llm]` configuration.
 pub struct OpenAiClient {
@@ -103,7 +111,7 @@ impl OpenAiClient {
             .await
             .map_err(|e| self.request_error(&e))?;
         let response = self.check_status(response, model).await?;
-        let bytes = response.bytes().await.map_err(|e| self.request_error(&e))?;
+        let bytes = self.read_body(response).await?;
         openai::parse_completion(&bytes).map_err(|e| self.wire_error(e))
     }
 
@@ -129,10 +137,9 @@ impl OpenAiClient {
             .is_some_and(|v| v.contains("application/json"));
         if is_json {
             // Some servers ignore `stream: true` and answer with one whole completion.
-            let bytes = tokio::time::timeout(self.config.timeout(), response.bytes())
+            let bytes = tokio::time::timeout(self.config.timeout(), self.read_body(response))
                 .await
-                .map_err(|_| self.timeout_error())?
-                .map_err(|e| self.request_error(&e))?;
+                .map_err(|_| self.timeout_error())??;
             let response = openai::parse_completion(&bytes).map_err(|e| self.wire_error(e))?;
             if let Some(reasoning) = &response.message.reasoning_content {
                 on_delta(StreamDelta::Reasoning(reasoning.clone()));
@@ -160,7 +167,30 @@ impl OpenAiClient {
                 url: self.endpoint.clone(),
                 detail,
             },
+            StreamError::TooLarge => ModelError::InvalidResponse {
+                url: self.endpoint.clone(),
+                detail: format!(
+                    "the streamed answer exceeded {} bytes; refused",
+                    stream::MAX_STREAM_BYTES
+                ),
+            },
         })
+    }
+
+    /// Reads a success body, refusing one over [`MAX_BODY_BYTES`] (not retried: the same server
+    /// would send the same again).
+    async fn read_body(&self, response: reqwest::Response) -> Result<Vec<u8>, ModelError> {
+        match read_limited(response, MAX_BODY_BYTES).await {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(read)) => Err(ModelError::InvalidResponse {
+                url: self.endpoint.clone(),
+                detail: format!(
+                    "the answer is larger than {MAX_BODY_BYTES} bytes (read {read} before \
+                     stopping); refused"
+                ),
+            }),
+            Err(e) => Err(self.request_error(&e)),
+        }
     }
 
     /// Passes success statuses through; turns the others into `ModelError::Status` with the
@@ -187,11 +217,15 @@ impl OpenAiClient {
             SystemTime::now(),
         );
         // The body only explains the error; if reading it fails or stalls, report without it.
-        let body = tokio::time::timeout(self.config.timeout(), response.text())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        let body = tokio::time::timeout(
+            self.config.timeout(),
+            read_limited(response, MAX_ERROR_BODY_BYTES),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|bytes| String::from_utf8_lossy(&bytes.unwrap_or_else(|_| Vec::new())).into_owned())
+        .unwrap_or_default();
         Err(ModelError::Status {
             url: self.endpoint.clone(),
             model: model.to_owned(),
@@ -297,6 +331,27 @@ impl ChatModel for OpenAiClient {
             }
         }
     }
+}
+
+/// Reads a body chunk by chunk: `Ok(Err(read))` when it is longer than `max` bytes (reading
+/// stops there, so a huge body costs at most `max` bytes of memory).
+async fn read_limited(
+    mut response: reqwest::Response,
+    max: usize,
+) -> Result<Result<Vec<u8>, usize>, reqwest::Error> {
+    if let Some(length) = response.content_length()
+        && length > max as u64
+    {
+        return Ok(Err(usize::try_from(length).unwrap_or(usize::MAX)));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > max {
+            return Ok(Err(body.len() + chunk.len()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Ok(body))
 }
 
 /// The provider's own error message when the body is the usual `{"error": {"message": …}}`,

@@ -7,6 +7,8 @@
 
 mod cassette;
 mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 
 mod openai;
 mod retry;
@@ -14,6 +16,7 @@ mod scripted;
 mod stream;
 
 pub use cassette::{CassetteEntry, CassetteOutcome, RecordingModel, ReplayModel, RequestSummary};
-pub use client::OpenAiClient;
+pub use client::{MAX_BODY_BYTES, OpenAiClient};
 pub use mai_core::config::{LlmConfig, ModelNames};
 pub use scripted::ScriptedModel;
+pub use stream::MAX_STREAM_BYTES;

@@ -258,20 +258,29 @@ pub(crate) fn parse_usage(raw: Option<&Value>) -> Option<Usage> {
     Some(Usage {
         prompt_tokens,
         completion_tokens,
-        total_tokens: field("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
+        // Saturating: the counts are the provider's word, and an absurd pair must not overflow.
+        total_tokens: field("total_tokens")
+            .unwrap_or(prompt_tokens.saturating_add(completion_tokens)),
     })
 }
+
+/// At most this many characters of a provider's error message are kept.
+const MAX_PROVIDER_MESSAGE_CHARS: usize = 500;
 
 /// An `{"error": …}` object in a 200 body or a stream chunk (OpenRouter, some proxies).
 pub(crate) fn provider_error(value: &Value) -> Option<WireError> {
     let error = value.get("error").filter(|e| !e.is_null())?;
+    // The message ends up in logs and task failure reasons: keep it short whatever was sent.
     let message = match error {
-        Value::String(text) => text.clone(),
-        other => other
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| other.to_string()),
+        Value::String(text) => excerpt(text, MAX_PROVIDER_MESSAGE_CHARS),
+        other => excerpt(
+            &other
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| other.to_string()),
+            MAX_PROVIDER_MESSAGE_CHARS,
+        ),
     };
     // Overload and rate-limit errors are worth retrying; anything else (bad request, policy) is not.
     let code = error.get("code");
@@ -367,6 +376,26 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Regression: `prompt_tokens + completion_tokens` overflowed (a panic in debug builds, and
+    /// in the fuzz build) when a body gave both near `u64::MAX` and no total.
+    #[test]
+    fn absurd_usage_counts_do_not_overflow() {
+        let usage = parse_usage(Some(&json!({
+            "prompt_tokens": u64::MAX, "completion_tokens": 2
+        })))
+        .unwrap();
+        assert_eq!(usage.total_tokens, u64::MAX);
+    }
+
+    #[test]
+    fn provider_error_messages_are_cut() {
+        let body = json!({"error": "x".repeat(100_000)}).to_string();
+        let Err(WireError::Provider { message, .. }) = parse_completion(body.as_bytes()) else {
+            panic!("expected a provider error");
+        };
+        assert_eq!(message.chars().count(), MAX_PROVIDER_MESSAGE_CHARS + 1);
     }
 
     #[test]

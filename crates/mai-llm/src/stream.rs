@@ -7,6 +7,8 @@
 //! one. Knows nothing of HTTP status codes or retries.
 
 use std::fmt::Display;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -15,6 +17,11 @@ use mai_core::model::{ChatMessage, ChatResponse, FinishReason, StreamDelta, Tool
 use serde_json::Value;
 
 use crate::openai::{self, WireError};
+
+/// Largest streamed answer read, counting the raw event-stream bytes. Streaming costs ~30-50
+/// bytes of framing per token, so this is far above any real answer; a server that streams
+/// without end (or one endless event, which the SSE parser would buffer whole) is cut off here.
+pub const MAX_STREAM_BYTES: usize = 64 * 1024 * 1024;
 
 /// Why a stream did not produce a response; the client adds the URL.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +33,8 @@ pub(crate) enum StreamError {
     Broken(String),
     /// The stream ended before `[DONE]` or a `finish_reason`.
     Truncated(String),
+    /// More than [`MAX_STREAM_BYTES`] arrived.
+    TooLarge,
 }
 
 /// One tool call being assembled.
@@ -229,13 +238,42 @@ where
     B: AsRef<[u8]>,
     E: Display,
 {
-    let mut events = bytes.eventsource();
+    read_event_stream_limited(bytes, idle_timeout, on_delta, MAX_STREAM_BYTES).await
+}
+
+/// [`read_event_stream`] with the byte limit as a parameter (tests use a small one).
+pub(crate) async fn read_event_stream_limited<S, B, E>(
+    bytes: S,
+    idle_timeout: Duration,
+    on_delta: &mut (dyn FnMut(StreamDelta) + Send),
+    max_bytes: usize,
+) -> Result<ChatResponse, StreamError>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Display,
+{
+    // The byte stream ends early once over the limit; the flag tells that apart from a real end.
+    let over_limit = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&over_limit);
+    let bytes = bytes.scan(0usize, move |seen, item| {
+        if let Ok(chunk) = &item {
+            *seen += chunk.as_ref().len();
+            if *seen > max_bytes {
+                flag.store(true, Ordering::Relaxed);
+                return futures::future::ready(None);
+            }
+        }
+        futures::future::ready(Some(item))
+    });
+    let mut events = Box::pin(bytes).eventsource();
     let mut accumulator = StreamAccumulator::default();
     loop {
         let next = tokio::time::timeout(idle_timeout, events.next())
             .await
             .map_err(|_| StreamError::Idle)?;
         match next {
+            None if over_limit.load(Ordering::Relaxed) => return Err(StreamError::TooLarge),
             None => break,
             Some(Err(error)) => {
                 // A connection that breaks mid-answer is a truncation (retryable), but say why.
@@ -364,5 +402,29 @@ mod tests {
         let result =
             read_event_stream(Box::pin(stalled), Duration::from_secs(30), &mut |_| {}).await;
         assert_eq!(result, Err(StreamError::Idle));
+    }
+
+    #[tokio::test]
+    async fn a_stream_over_the_byte_limit_is_refused() {
+        let chunk = "data: {\"choices\":[{\"delta\":{\"content\":\"aaaaaaaa\"}}]}\n\n";
+        let pieces: Vec<Result<Vec<u8>, std::io::Error>> =
+            (0..100).map(|_| Ok(chunk.as_bytes().to_vec())).collect();
+        let result = read_event_stream_limited(
+            futures::stream::iter(pieces),
+            Duration::from_secs(5),
+            &mut |_| {},
+            chunk.len() * 10,
+        )
+        .await;
+        assert_eq!(result, Err(StreamError::TooLarge));
+    }
+
+    #[tokio::test]
+    async fn one_endless_event_is_cut_at_the_limit_not_buffered() {
+        // No line break ever: the SSE parser would buffer all of it waiting for the event's end.
+        let endless = futures::stream::repeat_with(|| Ok::<_, std::io::Error>(vec![b'x'; 4096]));
+        let result =
+            read_event_stream_limited(endless, Duration::from_secs(5), &mut |_| {}, 1 << 20).await;
+        assert_eq!(result, Err(StreamError::TooLarge));
     }
 }

@@ -19,3 +19,4 @@ pub use definition::{
 };
 pub use outcome::{OutcomeKind, ToolOutcome};
 pub use registry::{RegistryEdit, ToolRegistry};
+pub use validation::{MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH};
