@@ -129,13 +129,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    // Everything that matters has finished inside `run`. What is left may be a blocking read of
+    // the terminal (the console chat) that no shutdown can interrupt: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    code
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {

@@ -184,3 +184,27 @@ async fn sigterm_pauses_a_running_task_and_the_next_start_finishes_it() {
     assert_eq!(task["status"], "completed", "{task}");
     assert!(served.terminate().success());
 }
+
+// Multi-threaded: the fake model server must keep answering while this thread waits on lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_chat_of_serve_takes_commands_typed_at_the_terminal() {
+    use std::io::Write;
+    let (model, _) = fake_model(|_, _| answer("done")).await;
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("mai-agent.toml");
+    std::fs::write(
+        &config,
+        "[channels.console]\nenabled = true\n\n[permission]\nusers = [\"console:local\"]\n",
+    )
+    .unwrap();
+    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    served.wait_line("the console hint", |l| l.contains("console chat"));
+    let stdin = served.stdin.as_mut().unwrap();
+    writeln!(stdin, "/mt create say done").unwrap();
+    stdin.flush().unwrap();
+    let created = served.wait_line("the create reply", |l| l.starts_with("mai> "));
+    assert!(created.contains("created"), "{created}");
+    // The task runs and its answer comes back to the same terminal chat.
+    served.wait_line("the answer", |l| l == "mai> done");
+    assert!(served.terminate().success());
+}

@@ -91,6 +91,8 @@ pub fn mai(data_dir: &Path, server: &MockServer) -> Command {
 /// says (the banner, "config reloaded", "stopped") instead of sleeping.
 pub struct Served {
     pub child: std::process::Child,
+    /// What the person at the terminal types (the console chat, when enabled).
+    pub stdin: Option<std::process::ChildStdin>,
     pub base: String,
     lines: std::sync::mpsc::Receiver<String>,
     pub log: Arc<std::sync::Mutex<Vec<String>>>,
@@ -103,7 +105,7 @@ impl Served {
     pub fn start(mut command: Command) -> Served {
         use std::io::BufRead;
         command
-            .stdin(std::process::Stdio::null())
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = command.spawn().expect("mai-agent serve starts");
@@ -120,8 +122,10 @@ impl Served {
                 }
             });
         }
+        let stdin = child.stdin.take();
         let mut served = Served {
             child,
+            stdin,
             base: String::new(),
             lines,
             log,
