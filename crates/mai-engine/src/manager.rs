@@ -41,6 +41,19 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// An admin that reads every task for a front door (the HTTP API's reads, metrics); its
+    /// owner `planner:{name}` only names the reader.
+    pub fn admin_reader(name: &str) -> Result<Caller, mai_core::ids::IdError> {
+        let stream = StreamId::new(name)?;
+        Ok(Caller {
+            owner: Owner::planner(stream.clone()),
+            role: Role::Admin,
+            stream_id: stream,
+            platform: String::new(),
+            group_id: None,
+        })
+    }
+
     /// The actor string written into status logs.
     fn actor(&self) -> String {
         self.owner.to_string()

@@ -118,7 +118,8 @@ fn non_blank(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-fn json_kind(value: &Value) -> &'static str {
+/// "a string", "an object", …: what a JSON value is, for error messages.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

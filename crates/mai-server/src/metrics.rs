@@ -20,9 +20,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::{Notify, broadcast};
 
-use mai_core::ids::{Owner, StreamId};
 use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, StreamDelta};
-use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
 use mai_engine::engine::Engine;
@@ -259,14 +257,7 @@ fn outcome(ok: bool) -> &'static str {
 
 /// Metrics read every task (as admin); the owner only names the reader.
 fn metrics_reader() -> Result<Caller, EngineError> {
-    let stream = StreamId::new("metrics").map_err(|e| EngineError::Internal(e.to_string()))?;
-    Ok(Caller {
-        owner: Owner::planner(stream.clone()),
-        role: Role::Admin,
-        stream_id: stream,
-        platform: String::new(),
-        group_id: None,
-    })
+    Caller::admin_reader("metrics").map_err(|e| EngineError::Internal(e.to_string()))
 }
 
 /// The engine's event stream, consumed by a background task and, at each render, drained by

@@ -23,7 +23,7 @@ use mai_core::role::Role;
 use mai_core::tool::OutcomeKind;
 use mai_engine::planner::call_planner_tool;
 
-use crate::host_context::{HOST_CONTEXT_KEYS, HostContext};
+use crate::host_context::{HOST_CONTEXT_KEYS, HostContext, json_kind};
 
 use super::Api;
 use super::error::{ApiError, JsonBody, PathParams, QueryParams};
@@ -51,7 +51,7 @@ fn with_context(
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "arguments: must be a JSON object of the tool's parameters, got {}",
-                kind_of(&other)
+                json_kind(&other)
             )));
         }
     };
@@ -73,17 +73,6 @@ fn with_context(
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     context.inject(&mut arguments, schema);
     Ok(Value::Object(arguments))
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// `POST /v1/planner/tools/{name}`. The HTTP status says whether the call reached the tool:

@@ -46,14 +46,7 @@ fn stream(field: &str, value: &str) -> Result<StreamId, ApiError> {
 
 /// The caller for reads: admin (any task is visible); the owner only names the reader.
 fn reader() -> Result<Caller, ApiError> {
-    let stream = stream("stream_id", "http-api")?;
-    Ok(Caller {
-        owner: Owner::planner(stream.clone()),
-        role: Role::Admin,
-        stream_id: stream,
-        platform: String::new(),
-        group_id: None,
-    })
+    Caller::admin_reader("http-api").map_err(ApiError::internal)
 }
 
 /// The caller for a change of `task`: admin, as the planner of the task's stream.
