@@ -9,7 +9,6 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 const PLANNER_TOOLS: [&str; 11] = [
     "search_users",
@@ -25,39 +24,9 @@ const PLANNER_TOOLS: [&str; 11] = [
     "call_mcp_tool",
 ];
 
-/// The peers directory with the Python SDK and the probe, or `None` after printing why not.
-fn peers() -> Option<PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/setup.sh");
-        let from_setup = Command::new("bash")
-            .arg(&script)
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| String::from_utf8(out.stdout).ok())
-            .and_then(|s| s.lines().last().map(|l| PathBuf::from(l.trim())));
-        let dir = from_setup.or_else(|| {
-            std::env::var_os("MAI_PEERS_DIR")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(".cache/mai-agent-peers"))
-                })
-        });
-        let usable =
-            dir.filter(|d| d.join("venv/bin/python").exists() && d.join("mcp_probe.py").exists());
-        if usable.is_none() {
-            println!(
-                "SKIP: the official Python MCP client is unavailable ({} failed and no installed \
-                 peers found); run shared/peers/setup.sh",
-                script.display()
-            );
-        }
-        usable
-    })
-    .clone()
-}
+#[path = "../../../testing/peers.rs"]
+mod shared_peers;
+use shared_peers::peers;
 
 macro_rules! peers_or_skip {
     () => {

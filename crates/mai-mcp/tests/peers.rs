@@ -4,9 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mai_core::config::{Config, McpServerConfig, McpTransport};
@@ -18,37 +17,9 @@ use mai_mcp::{ManagerOptions, McpManager, ServerState, apply_to_registry};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-/// The peers directory, or `None` (after printing why) when the peers are unavailable.
-fn peers() -> Option<PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/setup.sh");
-        let from_setup = Command::new("bash")
-            .arg(&script)
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| String::from_utf8(out.stdout).ok())
-            .and_then(|s| s.lines().last().map(|l| PathBuf::from(l.trim())));
-        let dir = from_setup.or_else(|| {
-            std::env::var_os("MAI_PEERS_DIR")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mai-agent-peers")))
-        });
-        let usable = dir.filter(|d| {
-            d.join("node/node_modules/.bin/mcp-server-everything").exists()
-                && d.join("venv/bin/python").exists()
-        });
-        if usable.is_none() {
-            println!(
-                "SKIP: MCP peers unavailable ({} failed and no installed peers found); run shared/peers/setup.sh",
-                script.display()
-            );
-        }
-        usable
-    })
-    .clone()
-}
+#[path = "../../../testing/peers.rs"]
+mod shared_peers;
+use shared_peers::peers;
 
 macro_rules! peers_or_skip {
     () => {

@@ -8,9 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 
 use axum::Router;
 use rmcp::ServiceExt;
@@ -460,38 +459,9 @@ async fn behind_the_http_api_the_token_and_host_guard_apply_to_mcp() {
 
 // --- the official Python MCP client -------------------------------------------------------
 
-fn peers() -> Option<PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/setup.sh");
-        let from_setup = Command::new("bash")
-            .arg(&script)
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| String::from_utf8(out.stdout).ok())
-            .and_then(|s| s.lines().last().map(|l| PathBuf::from(l.trim())));
-        let dir = from_setup.or_else(|| {
-            std::env::var_os("MAI_PEERS_DIR")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(".cache/mai-agent-peers"))
-                })
-        });
-        let usable =
-            dir.filter(|d| d.join("venv/bin/python").exists() && d.join("mcp_probe.py").exists());
-        if usable.is_none() {
-            println!(
-                "SKIP: the official Python MCP client is unavailable ({} failed and no installed \
-                 peers found); run shared/peers/setup.sh",
-                script.display()
-            );
-        }
-        usable
-    })
-    .clone()
-}
+#[path = "../../../testing/peers.rs"]
+mod shared_peers;
+use shared_peers::peers;
 
 async fn python_probe(peers: &Path, args: &[&str]) -> (bool, String, String) {
     let output = tokio::process::Command::new(peers.join("venv/bin/python"))
