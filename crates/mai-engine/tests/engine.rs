@@ -532,6 +532,37 @@ async fn send_failures_are_retried_and_exhausted_retries_fail_the_reply() {
     );
 }
 
+/// `[send] max_retries` is the number of retries: one send plus that many, then the reply task
+/// fails naming the attempts and the channel's error, and nothing else is sent for it.
+#[tokio::test]
+async fn a_failing_channel_gets_exactly_max_retries_retries_then_an_honest_failure() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("the answer")));
+    let mut config = test_config();
+    config.send.max_retries = 2;
+    let mut h = Harness::start(config, model).await;
+    h.host.failing_sends.store(100, Ordering::SeqCst);
+    let alice = caller("user", Role::User, "s");
+    let task = h
+        .engine
+        .create(&alice, CreateTask::agent("a"))
+        .await
+        .unwrap();
+    h.wait_status(task.id, TaskStatus::Completed).await;
+    let reply = mai_engine::runner::reply_task_id(&record(&h.engine, task.id).await);
+    h.wait_status(reply, TaskStatus::Failed).await;
+    assert_eq!(
+        100 - h.host.failing_sends.load(Ordering::SeqCst),
+        3,
+        "one send and two retries"
+    );
+    let error = record(&h.engine, reply).await.metadata.error.unwrap();
+    assert!(
+        error.contains("after 3 attempts") && error.contains("connection reset"),
+        "{error}"
+    );
+    assert!(h.host.sent_to("s").is_empty());
+}
+
 #[tokio::test]
 async fn polish_failure_sends_the_original_and_success_sends_the_polished_text() {
     let model = RuleModel::new(|_| Ok(ChatResponse::text("raw machine output")));

@@ -1,0 +1,496 @@
+//! The crash suite: the real `mai-agent serve` (shell on) against a fake model, a mix of tasks
+//! submitted over the HTTP API (agent, instant, delayed, cron, agent tasks that `ask_user`, answered
+//! by the driver through `POST /v1/messages` as the task's person or `POST /v1/tasks/{id}/inject`),
+//! SIGKILLed at random moments (seeded; the seed is printed) and restarted each time on the same
+//! data dir. Then:
+//!
+//! - every created task exists; every non-cron task is completed; every cron task is armed;
+//! - every final text reached the console chat, and never twice in one life of the server (a
+//!   copy in a later life is the documented window: the part in flight when the kill came);
+//! - every agent round's `run_command` (which appends `key=<task>-r<round> life=<n>` to a file)
+//!   ran at least once, at most once per life, and never after the life whose result is
+//!   checkpointed in the task's history: a checkpointed call never runs again.
+//!
+//! `MAI_CRASH_TASKS` (80) and `MAI_CRASH_KILLS` (5) size the run; `MAI_CRASH_SEED` replays one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// splitmix64: small, seeded, good enough to pick task kinds and kill moments.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The agent's script, read from the intent `crash-task <key> rounds=<r> ask=<0|1>`: one
+/// `run_command` per round, then (if asked) one `ask_user`, then the answer `done-<key>`.
+/// Answers arrive after a short random delay so kills land mid-round.
+struct CrashModel {
+    side_effects: String,
+    calls: Arc<AtomicUsize>,
+    jitter: AtomicU64,
+}
+
+fn intent_of(body: &Value) -> Option<(String, usize, bool)> {
+    for message in body["messages"].as_array()? {
+        let Some(content) = message["content"].as_str() else {
+            continue;
+        };
+        if let Some(at) = content.find("crash-task ") {
+            let mut words = content[at..].split_whitespace().skip(1);
+            let key = words.next()?.to_owned();
+            let rounds = words.next()?.strip_prefix("rounds=")?.parse().ok()?;
+            let ask = words.next()?.strip_prefix("ask=")? == "1";
+            return Some((key, rounds, ask));
+        }
+    }
+    None
+}
+
+impl Respond for CrashModel {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let results = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count();
+        let message = match intent_of(&body) {
+            None => answer("Crash title"),
+            Some((key, rounds, ask)) if results < rounds => {
+                let command = format!(
+                    "echo \"key={key}-r{results} life=$MAI_CRASH_LIFE\" | tee -a {}",
+                    self.side_effects
+                );
+                tool_call(
+                    &format!("{key}-c{results}"),
+                    "run_command",
+                    json!({ "command": command }),
+                )
+            }
+            Some((key, rounds, true)) if results == rounds => tool_call(
+                &format!("{key}-c{results}"),
+                "ask_user",
+                json!({ "question": format!("question-{key}?") }),
+            ),
+            Some((key, _, _)) => answer(&format!("done-{key}")),
+        };
+        let jitter = self.jitter.fetch_add(7919, Ordering::Relaxed) % 40;
+        ResponseTemplate::new(200)
+            .set_delay(Duration::from_millis(jitter))
+            .set_body_json(json!({
+                "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": message,
+                    "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
+            }))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Agent,
+    Ask,
+    Instant,
+    Delayed,
+    Cron,
+}
+
+struct Planned {
+    key: String,
+    kind: Kind,
+    rounds: usize,
+    /// Answered as the person (`POST /v1/messages`) rather than by inject.
+    personal: bool,
+}
+
+impl Planned {
+    fn body(&self) -> Value {
+        let intent = |rounds: usize, ask: bool| {
+            format!(
+                "crash-task {} rounds={rounds} ask={}",
+                self.key,
+                u8::from(ask)
+            )
+        };
+        let mut body = json!({"stream_id": "console:local", "platform": "console",
+                              "title": self.key});
+        match self.kind {
+            Kind::Agent => body["intent"] = json!(intent(self.rounds, false)),
+            Kind::Ask => body["intent"] = json!(intent(self.rounds, true)),
+            Kind::Instant => {
+                body["intent"] = json!(format!("instant-{}", self.key));
+                body["level"] = json!("instant");
+            }
+            Kind::Delayed => {
+                body["intent"] = json!(intent(self.rounds, false));
+                body["delay_seconds"] = json!(1 + self.rounds);
+            }
+            Kind::Cron => {
+                body["intent"] = json!(format!("cron-{}", self.key));
+                body["level"] = json!("instant");
+                body["cron_expr"] = json!("* * * * *");
+            }
+        }
+        if self.personal {
+            body["user_id"] = json!("local");
+        }
+        body
+    }
+
+    /// The text this task delivers to the console chat when it finishes.
+    fn final_text(&self) -> String {
+        match self.kind {
+            Kind::Instant => format!("instant-{}", self.key),
+            Kind::Cron => format!("cron-{}", self.key),
+            _ => format!("done-{}", self.key),
+        }
+    }
+}
+
+fn serve(
+    data: &std::path::Path,
+    model: &MockServer,
+    config: &std::path::Path,
+    life: usize,
+) -> Served {
+    let mut command = mai(data, model);
+    command
+        .env("MAI_CRASH_LIFE", life.to_string())
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    Served::start(command)
+}
+
+/// Answers every task waiting for the user: as the person for their own tasks, by inject for the
+/// planner's. A 409 (answered meanwhile, or the server died) is fine: the next pass sees the truth.
+async fn answer_waiting(client: &reqwest::Client, base: &str) -> usize {
+    let Ok(response) = client
+        .get(format!("{base}/v1/tasks?status=waiting_input&limit=500"))
+        .send()
+        .await
+    else {
+        return 0;
+    };
+    let Ok(list) = response.json::<Value>().await else {
+        return 0;
+    };
+    let waiting = list["tasks"].as_array().cloned().unwrap_or_default();
+    for task in &waiting {
+        let _ = if task["owner"] == "console:local" {
+            client
+                .post(format!("{base}/v1/messages"))
+                .json(&json!({"platform": "console", "user_id": "local", "text": "blue"}))
+                .send()
+                .await
+        } else {
+            client
+                .post(format!("{base}/v1/tasks/{}/inject", task["id"].as_str().unwrap()))
+                .json(&json!({"instruction": "blue"}))
+                .send()
+                .await
+        };
+    }
+    waiting.len()
+}
+
+async fn get(client: &reqwest::Client, url: String) -> Value {
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{url}");
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_checkpoints() {
+    let total = env_usize("MAI_CRASH_TASKS", 80);
+    let kills = env_usize("MAI_CRASH_KILLS", 5);
+    let seed = std::env::var("MAI_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("crash suite: {total} tasks, {kills} kills, MAI_CRASH_SEED={seed}");
+    let started = Instant::now();
+    let mut rng = Rng(seed);
+
+    let data = tempfile::tempdir().unwrap();
+    let side_effects = data.path().join("side_effects");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(CrashModel {
+            side_effects: side_effects.display().to_string(),
+            calls: calls.clone(),
+            jitter: AtomicU64::new(seed),
+        })
+        .mount(&model)
+        .await;
+    let config = data.path().join("mai-agent.toml");
+    std::fs::write(
+        &config,
+        "[shell]\nenabled = true\n[task]\nmax_concurrent_tasks = 8\n\
+         [permission]\nadmins = [\"console:local\"]\n[send]\nretry_base_ms = 10\n",
+    )
+    .unwrap();
+    let client = reqwest::Client::new();
+
+    let planned: Vec<Planned> = (0..total)
+        .map(|i| {
+            let kind = match rng.below(10) {
+                0..=3 => Kind::Agent,
+                4 | 5 => Kind::Ask,
+                6 | 7 => Kind::Instant,
+                8 => Kind::Delayed,
+                _ => Kind::Cron,
+            };
+            Planned {
+                key: format!("t{i}"),
+                kind,
+                rounds: 1 + rng.below(3) as usize,
+                personal: rng.below(2) == 0,
+            }
+        })
+        .collect();
+    let mut ids: Vec<String> = Vec::new();
+    let mut lives: Vec<Served> = Vec::new();
+    let batch = total.div_ceil(kills + 1).max(1);
+
+    for life in 0..=kills {
+        let mut served = serve(data.path(), &model, &config, life);
+        if life == 0 {
+            // The console chat exists once its person has said something.
+            let said = client
+                .post(format!("{}/v1/messages", served.base))
+                .json(&json!({"platform": "console", "user_id": "local", "text": "hi"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(said.status().is_success());
+        }
+        let calls_at_start = calls.load(Ordering::SeqCst);
+        for task in planned.iter().skip(life * batch).take(batch) {
+            let response = client
+                .post(format!("{}/v1/tasks", served.base))
+                .json(&task.body())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+            let created: Value = response.json().await.unwrap();
+            ids.push(created["id"].as_str().unwrap().to_owned());
+        }
+        if life == kills {
+            lives.push(served);
+            break;
+        }
+        // Wait until this life is doing work (a model call), then kill it at a random moment
+        // while the driver keeps answering questions.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while calls.load(Ordering::SeqCst) == calls_at_start && Instant::now() < deadline {
+            answer_waiting(&client, &served.base).await;
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let kill_at = Instant::now() + Duration::from_millis(50 + rng.below(700));
+        while Instant::now() < kill_at {
+            answer_waiting(&client, &served.base).await;
+        }
+        served.child.kill().unwrap();
+        served.child.wait().unwrap();
+        lives.push(served);
+    }
+
+    // The last life runs everything to the end: no active task left but cron ones.
+    let base = lives.last().unwrap().base.clone();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        answer_waiting(&client, &base).await;
+        let active = get(
+            &client,
+            format!("{base}/v1/tasks?status=scheduled,pending,running,waiting_input,paused&limit=500"),
+        )
+        .await;
+        let left: Vec<&Value> = active["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["trigger"]["kind"] != "cron")
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tasks never finished (seed {seed}): {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Every created task exists and is where it should be.
+    let mut agent_tasks = Vec::new();
+    for (task, id) in planned.iter().zip(&ids) {
+        let record = get(&client, format!("{base}/v1/tasks/{id}")).await;
+        let status = record["status"].as_str().unwrap();
+        if task.kind == Kind::Cron {
+            assert!(
+                ["scheduled", "pending", "running"].contains(&status),
+                "cron {} is {status} (seed {seed})",
+                task.key
+            );
+        } else {
+            assert_eq!(status, "completed", "{} (seed {seed}): {record}", task.key);
+        }
+        if matches!(task.kind, Kind::Agent | Kind::Ask | Kind::Delayed) {
+            agent_tasks.push((task, id));
+        }
+    }
+
+    // Deliveries: per text, the lives that printed it. The last life's stdout is complete once
+    // every expected text arrived there or before.
+    let expected: Vec<String> = planned
+        .iter()
+        .filter(|t| t.kind != Kind::Cron)
+        .map(Planned::final_text)
+        .collect();
+    let deliveries = |lives: &[Served]| {
+        let mut seen: HashMap<String, Vec<usize>> = HashMap::new();
+        for (life, served) in lives.iter().enumerate() {
+            for line in served.log.lock().unwrap().iter() {
+                if let Some(text) = line.strip_prefix("mai> ") {
+                    seen.entry(text.to_owned()).or_default().push(life);
+                }
+            }
+        }
+        seen
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let seen = deliveries(&lives);
+        let missing: Vec<&String> = expected.iter().filter(|t| !seen.contains_key(*t)).collect();
+        if missing.is_empty() {
+            break seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never delivered (seed {seed}): {missing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut redelivered = 0;
+    for text in &expected {
+        let lives_of = &seen[text];
+        let mut distinct = lives_of.clone();
+        distinct.dedup();
+        assert_eq!(
+            &distinct, lives_of,
+            "`{text}` delivered twice by one life of the server (seed {seed}): lives {lives_of:?}"
+        );
+        redelivered += lives_of.len() - 1;
+    }
+
+    // Side effects: executions per key, by life.
+    let mut executed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for line in std::fs::read_to_string(&side_effects)
+        .unwrap_or_default()
+        .lines()
+    {
+        let (key, life) = line.split_once(" life=").unwrap();
+        executed
+            .entry(key.trim_start_matches("key=").to_owned())
+            .or_default()
+            .push(life.parse().unwrap());
+    }
+    let mut rounds = 0;
+    let mut reran = 0;
+    for (task, id) in agent_tasks {
+        let history = get(&client, format!("{base}/v1/tasks/{id}/history")).await;
+        for round in 0..task.rounds {
+            rounds += 1;
+            let key = format!("{}-r{round}", task.key);
+            let runs = executed
+                .get(&key)
+                .unwrap_or_else(|| panic!("{key} never ran (seed {seed})"));
+            // The life whose result the history holds.
+            let marker = format!("key={key} life=");
+            let checkpointed: Vec<usize> = history["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["payload"]["role"] == "tool")
+                .filter_map(|e| {
+                    let content = e["payload"]["content"].as_str()?;
+                    let at = content.find(&marker)? + marker.len();
+                    let digits: String = content[at..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    digits.parse().ok()
+                })
+                .collect();
+            assert_eq!(
+                checkpointed.len(),
+                1,
+                "{key}: one checkpointed result (seed {seed}): {checkpointed:?}"
+            );
+            let mut distinct = runs.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(
+                distinct.len(),
+                runs.len(),
+                "{key} ran twice in one life (seed {seed}): {runs:?}"
+            );
+            assert_eq!(
+                runs.iter().max(),
+                Some(&checkpointed[0]),
+                "{key} ran again after its result was checkpointed in life {} (seed {seed}): {runs:?}",
+                checkpointed[0]
+            );
+            reran += runs.len() - 1;
+        }
+    }
+
+    let questions = seen.keys().filter(|t| t.starts_with("question-")).count();
+    println!(
+        "crash suite: seed {seed}: {total} tasks, {kills} kills, {rounds} agent rounds, \
+         {reran} re-run (in flight at a kill, not checkpointed), {redelivered} re-delivered \
+         (in flight at a kill), {questions} questions asked, {} model calls, {:.1} s",
+        calls.load(Ordering::SeqCst),
+        started.elapsed().as_secs_f64()
+    );
+    let mut last = lives.pop().unwrap();
+    assert!(last.terminate().success());
+}
