@@ -86,7 +86,7 @@ impl Respond for CrashModel {
             .count();
         let message = match intent_of(&body) {
             None => answer("Crash title"),
-            Some((key, rounds, ask)) if results < rounds => {
+            Some((key, rounds, _)) if results < rounds => {
                 let command = format!(
                     "echo \"key={key}-r{results} life=$MAI_CRASH_LIFE\" | tee -a {}",
                     self.side_effects
@@ -214,7 +214,10 @@ async fn answer_waiting(client: &reqwest::Client, base: &str) -> usize {
                 .await
         } else {
             client
-                .post(format!("{base}/v1/tasks/{}/inject", task["id"].as_str().unwrap()))
+                .post(format!(
+                    "{base}/v1/tasks/{}/inject",
+                    task["id"].as_str().unwrap()
+                ))
                 .json(&json!({"instruction": "blue"}))
                 .send()
                 .await
@@ -324,7 +327,7 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             tokio::task::yield_now().await;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let kill_at = Instant::now() + Duration::from_millis(50 + rng.below(700));
+        let kill_at = Instant::now() + Duration::from_millis(rng.below(500));
         while Instant::now() < kill_at {
             answer_waiting(&client, &served.base).await;
         }
@@ -340,7 +343,9 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         answer_waiting(&client, &base).await;
         let active = get(
             &client,
-            format!("{base}/v1/tasks?status=scheduled,pending,running,waiting_input,paused&limit=500"),
+            format!(
+                "{base}/v1/tasks?status=scheduled,pending,running,waiting_input,paused&limit=500"
+            ),
         )
         .await;
         let left: Vec<&Value> = active["tasks"]
@@ -361,8 +366,15 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
 
     // Every created task exists and is where it should be.
     let mut agent_tasks = Vec::new();
+    let mut recovered = 0;
     for (task, id) in planned.iter().zip(&ids) {
         let record = get(&client, format!("{base}/v1/tasks/{id}")).await;
+        recovered += record["status_log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|change| change["reason"] == "recovered from running")
+            .count();
         let status = record["status"].as_str().unwrap();
         if task.kind == Kind::Cron {
             assert!(
@@ -418,6 +430,9 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             &distinct, lives_of,
             "`{text}` delivered twice by one life of the server (seed {seed}): lives {lives_of:?}"
         );
+        if lives_of.len() > 1 {
+            println!("crash suite: `{text}` delivered by lives {lives_of:?}");
+        }
         redelivered += lives_of.len() - 1;
     }
 
@@ -451,9 +466,12 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
                 .iter()
                 .filter(|e| e["payload"]["role"] == "tool")
                 .filter_map(|e| {
-                    let content = e["payload"]["content"].as_str()?;
-                    let at = content.find(&marker)? + marker.len();
-                    let digits: String = content[at..]
+                    // The tool result's stdout (the command itself names the key too).
+                    let content: Value =
+                        serde_json::from_str(e["payload"]["content"].as_str()?).ok()?;
+                    let stdout = content["stdout"].as_str()?;
+                    let at = stdout.find(&marker)? + marker.len();
+                    let digits: String = stdout[at..]
                         .chars()
                         .take_while(char::is_ascii_digit)
                         .collect();
@@ -463,7 +481,7 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             assert_eq!(
                 checkpointed.len(),
                 1,
-                "{key}: one checkpointed result (seed {seed}): {checkpointed:?}"
+                "{key}: one checkpointed result (seed {seed}): {checkpointed:?} in {history}"
             );
             let mut distinct = runs.clone();
             distinct.sort_unstable();
@@ -479,6 +497,9 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
                 "{key} ran again after its result was checkpointed in life {} (seed {seed}): {runs:?}",
                 checkpointed[0]
             );
+            if runs.len() > 1 {
+                println!("crash suite: {key} ran in lives {runs:?}, checkpointed in the last");
+            }
             reran += runs.len() - 1;
         }
     }
@@ -486,8 +507,9 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
     let questions = seen.keys().filter(|t| t.starts_with("question-")).count();
     println!(
         "crash suite: seed {seed}: {total} tasks, {kills} kills, {rounds} agent rounds, \
-         {reran} re-run (in flight at a kill, not checkpointed), {redelivered} re-delivered \
-         (in flight at a kill), {questions} questions asked, {} model calls, {:.1} s",
+         {recovered} recoveries of a running task, {reran} tool calls re-run (in flight at a kill, \
+         not checkpointed), {redelivered} re-delivered (in flight at a kill), {questions} questions \
+         asked, {} model calls, {:.1} s",
         calls.load(Ordering::SeqCst),
         started.elapsed().as_secs_f64()
     );

@@ -56,8 +56,7 @@ impl Respond for FlakyModel {
             }
             8 => {
                 self.faults.fetch_add(1, Ordering::SeqCst);
-                return completion(&body, answer("too late"))
-                    .set_delay(Duration::from_secs(30));
+                return completion(&body, answer("too late")).set_delay(Duration::from_secs(30));
             }
             _ => {}
         }
@@ -286,7 +285,10 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
             assert!(counts.iter().all(|c| *c == 1), "{texts:?} {counts:?}");
             break;
         }
-        assert!(Instant::now() < deadline, "not delivered: {texts:?} {counts:?}");
+        assert!(
+            Instant::now() < deadline,
+            "not delivered: {texts:?} {counts:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(served.terminate().success());
