@@ -84,6 +84,19 @@ impl Respond for CrashModel {
             .iter()
             .filter(|m| m["role"] == "tool")
             .count();
+        let jitter = self.jitter.fetch_add(7919, Ordering::Relaxed) % 40;
+        if body["model"] == "polish-model" {
+            // Polish keeps the text as it is (the prompt ends with it): the kill window between
+            // saving a question or a reply and sending it is now a model call wide.
+            let prompt = body["messages"][0]["content"].as_str().unwrap();
+            let text = prompt.rsplit("Machine output:\n").next().unwrap().trim();
+            return ResponseTemplate::new(200)
+                .set_delay(Duration::from_millis(jitter))
+                .set_body_json(json!({
+                    "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": answer(text), "finish_reason": "stop"}],
+                }));
+        }
         let message = match intent_of(&body) {
             None => answer("Crash title"),
             Some((key, rounds, _)) if results < rounds => {
@@ -104,7 +117,6 @@ impl Respond for CrashModel {
             ),
             Some((key, _, _)) => answer(&format!("done-{key}")),
         };
-        let jitter = self.jitter.fetch_add(7919, Ordering::Relaxed) % 40;
         ResponseTemplate::new(200)
             .set_delay(Duration::from_millis(jitter))
             .set_body_json(json!({
@@ -185,15 +197,29 @@ fn serve(
     let mut command = mai(data, model);
     command
         .env("MAI_CRASH_LIFE", life.to_string())
+        .env("MAI_AGENT__POLISH__ENABLED", "true")
+        .env("MAI_AGENT__LLM__MODELS__REPLYER", "polish-model")
         .arg("--config")
         .arg(config)
         .args(["serve", "--listen", "127.0.0.1:0"]);
     Served::start(command)
 }
 
-/// Answers every task waiting for the user: as the person for their own tasks, by inject for the
-/// planner's. A 409 (answered meanwhile, or the server died) is fine: the next pass sees the truth.
-async fn answer_waiting(client: &reqwest::Client, base: &str) -> usize {
+type Log = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Answers every task waiting for the user whose question reached the chat (as a person would:
+/// a question nobody saw is never answered, so a lost one hangs its task and fails the suite):
+/// as the person for their own tasks, by inject for the planner's. A 409 (answered meanwhile, or
+/// the server died) is fine: the next pass sees the truth.
+async fn answer_waiting(client: &reqwest::Client, base: &str, logs: &[Log]) -> usize {
+    let asked: std::collections::HashSet<String> = logs
+        .iter()
+        .flat_map(|log| log.lock().unwrap().clone())
+        .filter_map(|line| {
+            let key = line.strip_prefix("mai> question-")?.strip_suffix('?')?;
+            Some(key.to_owned())
+        })
+        .collect();
     let Ok(response) = client
         .get(format!("{base}/v1/tasks?status=waiting_input&limit=500"))
         .send()
@@ -204,7 +230,13 @@ async fn answer_waiting(client: &reqwest::Client, base: &str) -> usize {
     let Ok(list) = response.json::<Value>().await else {
         return 0;
     };
-    let waiting = list["tasks"].as_array().cloned().unwrap_or_default();
+    let waiting: Vec<Value> = list["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|task| asked.contains(task["title"].as_str().unwrap_or_default()))
+        .collect();
     for task in &waiting {
         let _ = if task["owner"] == "console:local" {
             client
@@ -224,6 +256,22 @@ async fn answer_waiting(client: &reqwest::Client, base: &str) -> usize {
         };
     }
     waiting.len()
+}
+
+/// Creates a task: its id, or `None` when the server died under the request (a refusal is a
+/// failure of the test).
+async fn create(client: &reqwest::Client, base: &str, body: &Value) -> Option<String> {
+    let response = client
+        .post(format!("{base}/v1/tasks"))
+        .json(body)
+        .send()
+        .await
+        .ok()?;
+    let status = response.status();
+    let text = response.text().await.ok()?;
+    assert_eq!(status, 201, "{text}");
+    let created: Value = serde_json::from_str(&text).unwrap();
+    Some(created["id"].as_str().unwrap().to_owned())
 }
 
 async fn get(client: &reqwest::Client, url: String) -> Value {
@@ -287,12 +335,18 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             }
         })
         .collect();
-    let mut ids: Vec<String> = Vec::new();
+    // A task's id once its create answered 201; `None` while not submitted, or when the server
+    // died under its create (then nobody knows whether it exists: it is not checked).
+    let mut ids: Vec<Option<String>> = vec![None; total];
+    let mut uncertain = 0;
+    let mut next = 0;
     let mut lives: Vec<Served> = Vec::new();
+    let mut logs: Vec<Log> = Vec::new();
     let batch = total.div_ceil(kills + 1).max(1);
 
     for life in 0..=kills {
         let mut served = serve(data.path(), &model, &config, life);
+        logs.push(served.log.clone());
         if life == 0 {
             // The console chat exists once its person has said something.
             let said = client
@@ -304,43 +358,66 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             assert!(said.status().is_success());
         }
         let calls_at_start = calls.load(Ordering::SeqCst);
-        for task in planned.iter().skip(life * batch).take(batch) {
-            let response = client
-                .post(format!("{}/v1/tasks", served.base))
-                .json(&task.body())
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
-            let created: Value = response.json().await.unwrap();
-            ids.push(created["id"].as_str().unwrap().to_owned());
+        // Two thirds of this life's share before the kill window, the rest during it.
+        let before_window = if life == kills {
+            total
+        } else {
+            (next + batch * 2 / 3).min(total)
+        };
+        while next < before_window {
+            let created = create(&client, &served.base, &planned[next].body()).await;
+            ids[next] = Some(created.unwrap());
+            next += 1;
         }
         if life == kills {
             lives.push(served);
             break;
         }
+        let racing: Vec<(usize, Value)> = (next..((life + 1) * batch).min(total))
+            .map(|i| (i, planned[i].body()))
+            .collect();
+        let (racer_client, racer_base) = (client.clone(), served.base.clone());
+        let racer = tokio::spawn(async move {
+            let mut answered = Vec::new();
+            for (i, body) in racing {
+                let created = create(&racer_client, &racer_base, &body).await;
+                let died = created.is_none();
+                answered.push((i, created));
+                if died {
+                    break;
+                }
+            }
+            answered
+        });
         // Wait until this life is doing work (a model call), then kill it at a random moment
         // while the driver keeps answering questions.
         let deadline = Instant::now() + Duration::from_secs(30);
         while calls.load(Ordering::SeqCst) == calls_at_start && Instant::now() < deadline {
-            answer_waiting(&client, &served.base).await;
+            answer_waiting(&client, &served.base, &logs).await;
             tokio::task::yield_now().await;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let kill_at = Instant::now() + Duration::from_millis(rng.below(500));
         while Instant::now() < kill_at {
-            answer_waiting(&client, &served.base).await;
+            answer_waiting(&client, &served.base, &logs).await;
         }
         served.child.kill().unwrap();
         served.child.wait().unwrap();
         lives.push(served);
+        for (i, created) in racer.await.unwrap() {
+            match created {
+                Some(id) => ids[i] = Some(id),
+                None => uncertain += 1,
+            }
+            next = i + 1;
+        }
     }
 
     // The last life runs everything to the end: no active task left but cron ones.
     let base = lives.last().unwrap().base.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        answer_waiting(&client, &base).await;
+        answer_waiting(&client, &base, &logs).await;
         let active = get(
             &client,
             format!(
@@ -367,7 +444,12 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
     // Every created task exists and is where it should be.
     let mut agent_tasks = Vec::new();
     let mut recovered = 0;
-    for (task, id) in planned.iter().zip(&ids) {
+    let known: Vec<(&Planned, &String)> = planned
+        .iter()
+        .zip(&ids)
+        .filter_map(|(task, id)| Some((task, id.as_ref()?)))
+        .collect();
+    for &(task, id) in &known {
         let record = get(&client, format!("{base}/v1/tasks/{id}")).await;
         recovered += record["status_log"]
             .as_array()
@@ -392,10 +474,10 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
 
     // Deliveries: per text, the lives that printed it. The last life's stdout is complete once
     // every expected text arrived there or before.
-    let expected: Vec<String> = planned
+    let expected: Vec<String> = known
         .iter()
-        .filter(|t| t.kind != Kind::Cron)
-        .map(Planned::final_text)
+        .filter(|(t, _)| t.kind != Kind::Cron)
+        .map(|(t, _)| t.final_text())
         .collect();
     let deliveries = |lives: &[Served]| {
         let mut seen: HashMap<String, Vec<usize>> = HashMap::new();
@@ -504,12 +586,29 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         }
     }
 
-    let questions = seen.keys().filter(|t| t.starts_with("question-")).count();
+    // Every question reached the chat (at least once: a kill right after sending it resends it).
+    let questions = known.iter().filter(|(t, _)| t.kind == Kind::Ask).count();
+    let unasked: Vec<&str> = known
+        .iter()
+        .filter(|(t, _)| t.kind == Kind::Ask && !seen.contains_key(&format!("question-{}?", t.key)))
+        .map(|(t, _)| t.key.as_str())
+        .collect();
+    let reasked: usize = known
+        .iter()
+        .filter(|(t, _)| t.kind == Kind::Ask)
+        .filter_map(|(t, _)| seen.get(&format!("question-{}?", t.key)))
+        .map(|lives| lives.len().saturating_sub(1))
+        .sum();
+    println!("crash suite: questions asked again after a kill: {reasked}");
+    assert!(
+        unasked.is_empty(),
+        "questions that never reached the chat (seed {seed}): {unasked:?}"
+    );
     println!(
         "crash suite: seed {seed}: {total} tasks, {kills} kills, {rounds} agent rounds, \
          {recovered} recoveries of a running task, {reran} tool calls re-run (in flight at a kill, \
          not checkpointed), {redelivered} re-delivered (in flight at a kill), {questions} questions \
-         asked, {} model calls, {:.1} s",
+         asked, {uncertain} creates cut by a kill, {} model calls, {:.1} s",
         calls.load(Ordering::SeqCst),
         started.elapsed().as_secs_f64()
     );

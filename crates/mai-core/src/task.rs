@@ -189,6 +189,11 @@ pub struct WaitingQuestion {
     pub call_id: String,
     pub question: String,
     pub asked_at: DateTime<Utc>,
+    /// Saved with the waiting state and cleared once the question reached the chat, so a crash
+    /// in between (e.g. during its polish) re-sends it on start-up instead of leaving the task
+    /// waiting for an answer to a question nobody saw. Absent in older records: sent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsent: bool,
 }
 
 /// Progress of delivering a reply, so a restart neither loses nor repeats parts.

@@ -49,6 +49,7 @@ impl Engine {
             call_id: call.id.clone(),
             question: question.clone(),
             asked_at,
+            unsent: true,
         });
         task.transition(
             TaskStatus::WaitingInput,
@@ -100,7 +101,54 @@ impl Engine {
                 .await?;
             return Ok(AfterCalls::Continue);
         }
-        // 4. The invisible note, so the planner knows a task is waiting and for what.
+        // 4. Sent: a restart must not ask again.
+        self.mark_question_sent(task).await;
+        // 5. The invisible note, so the planner knows a task is waiting and for what.
+        self.announce_question(task, question).await;
+        Ok(AfterCalls::End(RunEnd::Waiting))
+    }
+
+    /// Clears the question's `unsent` mark. A compare-and-set on the question: an answer that
+    /// came first cleared it, and wins. A failure only means a restart asks again.
+    async fn mark_question_sent(&self, task: &mut TaskRecord) {
+        let Some(waiting) = task.metadata.waiting.as_mut() else {
+            return;
+        };
+        waiting.unsent = false;
+        let call_id = waiting.call_id.clone();
+        let saved = self
+            .store
+            .write(&[TaskWrite::Save {
+                task,
+                expected: Some(TaskStatus::WaitingInput),
+                expected_question: Some(&call_id),
+                history: &[],
+            }])
+            .await;
+        if let Err(error) = saved {
+            tracing::warn!(task = %task.id, %error, "could not record that the question was sent; a restart asks it again");
+        }
+    }
+
+    /// Start-up: a question saved with the waiting state but never sent (the service died
+    /// before it reached the chat) is sent now, so the user can answer it.
+    pub(crate) async fn resend_question(&self, mut task: TaskRecord) {
+        let Some(question) = task.metadata.waiting.as_ref().map(|w| w.question.clone()) else {
+            return;
+        };
+        let stream = task.stream_id.clone();
+        if let Err(error) = self.deliver(task.id, &stream, &question, true, true).await {
+            // The task keeps waiting; the question's timeout tells the model nobody answered.
+            tracing::warn!(task = %task.id, %error, "could not send the question again after a restart");
+            return;
+        }
+        self.mark_question_sent(&mut task).await;
+        self.announce_question(&task, question).await;
+    }
+
+    /// The invisible note for the planner, and the event.
+    async fn announce_question(&self, task: &TaskRecord, question: String) {
+        let stream = task.stream_id.clone();
         match self.prompts.render(
             PromptName::NoteWaiting,
             &json!({"short_id": task.id.short(), "title": task.title, "question": question}),
@@ -116,7 +164,6 @@ impl Engine {
             task_id: task.id,
             question,
         });
-        Ok(AfterCalls::End(RunEnd::Waiting))
     }
 
     /// Drops a task's resume signal; returns whether it was still registered.
@@ -257,6 +304,13 @@ impl Engine {
             return Ok(());
         }
         lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
+        if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent)
+            && let Some(engine) = self.arc()
+        {
+            // In the background: channels may connect after start-up, and sends retry.
+            let task = task.clone();
+            tokio::spawn(async move { engine.resend_question(task).await });
+        }
         let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
         let asked_at = task
             .metadata

@@ -254,7 +254,13 @@ async fn ask_user_waits_without_a_slot_and_the_owners_reply_resumes_it() {
         .create(&alice, CreateTask::agent("check disk"))
         .await
         .unwrap();
-    h.wait_status(task.id, TaskStatus::WaitingInput).await;
+    // The question is announced (event, planner note) once it is sent and marked sent.
+    h.wait_for("the question", |e| matches!(e, TaskEvent::Question { .. }))
+        .await;
+    assert_eq!(
+        record(&h.engine, task.id).await.status,
+        TaskStatus::WaitingInput
+    );
     assert_eq!(h.host.sent_to("s1"), ["Which disk?"]);
     let notes = h.host.notes.lock().unwrap().clone();
     assert!(

@@ -549,3 +549,131 @@ async fn max_runtime_fails_a_task_that_runs_too_long() {
             .contains("longer than its limit of 1 minutes")
     );
 }
+
+/// A model whose polish never answers (and says when it was asked): a crash lands while the
+/// question is being polished, after the waiting state was saved.
+struct PolishHangs {
+    inner: Arc<RuleModel>,
+    reached: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl mai_core::model::ChatModel for PolishHangs {
+    async fn complete(
+        &self,
+        req: &ChatRequest,
+    ) -> Result<ChatResponse, mai_core::model::ModelError> {
+        if req.purpose == mai_core::model::ModelPurpose::Replyer {
+            self.reached.notify_one();
+            return std::future::pending().await;
+        }
+        self.inner.complete(req).await
+    }
+}
+
+/// Regression: a crash between saving the waiting state and sending the question (here: while
+/// the question is polished) used to leave the task waiting for an answer to a question nobody
+/// saw. The next start sends it; a start after that does not send it again.
+#[tokio::test]
+async fn a_question_cut_off_by_a_crash_is_sent_on_the_next_start_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let model = RuleModel::new(|req| {
+        let last = req.messages.last().unwrap();
+        if last.role == MessageRole::Tool {
+            return Ok(ChatResponse::text(format!("ok, using {}", last.content)));
+        }
+        Ok(ChatResponse::tool_calls(
+            "",
+            vec![ToolCall::new(
+                "q",
+                "ask_user",
+                json!({"question": "Which region?"}),
+            )],
+        ))
+    });
+    let (db1, model1) = (db.clone(), model.clone());
+    let task_id = crash_after(move || async move {
+        let reached = Arc::new(tokio::sync::Notify::new());
+        let mut config = test_config();
+        config.polish.enabled = true;
+        let engine = engine_at(
+            &db1,
+            config,
+            Arc::new(PolishHangs {
+                inner: model1,
+                reached: reached.clone(),
+            }),
+            Arc::new(RecordingHost::default()),
+            Arc::new(ToolRegistry::new()),
+            Arc::new(SystemClock),
+        )
+        .await;
+        engine.start().await.unwrap();
+        let task = engine
+            .create(
+                &caller("user", Role::User, "s"),
+                CreateTask::agent("deploy"),
+            )
+            .await
+            .unwrap();
+        reached.notified().await;
+        task.id
+    });
+
+    // The next start sends the question it finds unsent.
+    let (db2, model2) = (db.clone(), model.clone());
+    let sent = crash_after(move || async move {
+        let host = Arc::new(RecordingHost::default());
+        let engine = engine_at(
+            &db2,
+            test_config(),
+            model2,
+            host.clone(),
+            Arc::new(ToolRegistry::new()),
+            Arc::new(SystemClock),
+        )
+        .await;
+        let mut events = engine.subscribe();
+        engine.start().await.unwrap();
+        wait_for(&mut events, "the question", |e| {
+            matches!(e, mai_engine::events::TaskEvent::Question { .. })
+        })
+        .await;
+        let record = record(&engine, task_id).await;
+        assert_eq!(record.status, TaskStatus::WaitingInput);
+        assert!(!record.metadata.waiting.unwrap().unsent, "marked sent");
+        host.sent_to("s")
+    });
+    assert_eq!(sent, ["Which region?"]);
+
+    // A start after that does not ask again; the answer finishes the task.
+    let host = Arc::new(RecordingHost::default());
+    let engine = engine_at(
+        &db,
+        test_config(),
+        model.clone(),
+        host.clone(),
+        Arc::new(ToolRegistry::new()),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let mut events = engine.subscribe();
+    engine.start().await.unwrap();
+    let owner = mai_core::ids::Owner::person("qq", "user").unwrap();
+    let stream = mai_core::ids::StreamId::new("s").unwrap();
+    assert_eq!(
+        engine
+            .handle_user_reply(&owner, &stream, "eu-west")
+            .await
+            .unwrap(),
+        Some(task_id)
+    );
+    wait_for(&mut events, "the reply", |e| {
+        matches!(e, mai_engine::events::TaskEvent::Sent { .. })
+    })
+    .await;
+    let sent = host.sent_to("s");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].starts_with("ok, using"), "{sent:?}");
+}

@@ -41,6 +41,7 @@ fn full_record() -> mai_core::task::TaskRecord {
         call_id: "call_1".into(),
         question: "which disk?".into(),
         asked_at: at(8),
+        unsent: true,
     });
     task.metadata.delivery = Some(mai_core::task::DeliveryProgress {
         parts: vec!["a".into(), "b".into()],
