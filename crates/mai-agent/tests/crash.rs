@@ -207,11 +207,12 @@ fn serve(
 
 type Log = Arc<std::sync::Mutex<Vec<String>>>;
 
-/// Answers every task waiting for the user whose question reached the chat (as a person would:
-/// a question nobody saw is never answered, so a lost one hangs its task and fails the suite):
-/// as the person for their own tasks, by inject for the planner's. A 409 (answered meanwhile, or
-/// the server died) is fine: the next pass sees the truth.
-async fn answer_waiting(client: &reqwest::Client, base: &str, logs: &[Log]) -> usize {
+/// Answers the tasks waiting for the user whose question reached the chat, as people would: a
+/// question nobody saw is never answered, so a lost one hangs its task and fails the suite.
+/// Planner tasks are answered by inject, each its own. A person's message answers their *oldest*
+/// waiting task, so the person answers only while every one of their waiting tasks has shown its
+/// question. A 409 (answered meanwhile, or the server died) is fine: the next pass sees the truth.
+async fn answer_waiting(client: &reqwest::Client, base: &str, logs: &[Log]) {
     let asked: std::collections::HashSet<String> = logs
         .iter()
         .flat_map(|log| log.lock().unwrap().clone())
@@ -225,37 +226,42 @@ async fn answer_waiting(client: &reqwest::Client, base: &str, logs: &[Log]) -> u
         .send()
         .await
     else {
-        return 0;
+        return;
     };
     let Ok(list) = response.json::<Value>().await else {
-        return 0;
+        return;
     };
+    // An answered task stays `waiting_input` (its question cleared) until it resumes.
     let waiting: Vec<Value> = list["tasks"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .filter(|task| asked.contains(task["title"].as_str().unwrap_or_default()))
+        .filter(|task| !task["metadata"]["waiting"].is_null())
         .collect();
-    for task in &waiting {
-        let _ = if task["owner"] == "console:local" {
-            client
+    let was_asked = |task: &Value| asked.contains(task["title"].as_str().unwrap_or_default());
+    let (personal, planner): (Vec<Value>, Vec<Value>) = waiting
+        .into_iter()
+        .partition(|task| task["owner"] == "console:local");
+    for task in planner.iter().filter(|t| was_asked(t)) {
+        let _ = client
+            .post(format!(
+                "{base}/v1/tasks/{}/inject",
+                task["id"].as_str().unwrap()
+            ))
+            .json(&json!({"instruction": "blue"}))
+            .send()
+            .await;
+    }
+    if personal.iter().all(was_asked) {
+        for _ in &personal {
+            let _ = client
                 .post(format!("{base}/v1/messages"))
                 .json(&json!({"platform": "console", "user_id": "local", "text": "blue"}))
                 .send()
-                .await
-        } else {
-            client
-                .post(format!(
-                    "{base}/v1/tasks/{}/inject",
-                    task["id"].as_str().unwrap()
-                ))
-                .json(&json!({"instruction": "blue"}))
-                .send()
-                .await
-        };
+                .await;
+        }
     }
-    waiting.len()
 }
 
 /// Creates a task: its id, or `None` when the server died under the request (a refusal is a
@@ -600,6 +606,18 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         .map(|lives| lives.len().saturating_sub(1))
         .sum();
     println!("crash suite: questions asked again after a kill: {reasked}");
+    if !unasked.is_empty() {
+        for (task, id) in known
+            .iter()
+            .filter(|(t, _)| unasked.contains(&t.key.as_str()))
+        {
+            let history = get(&client, format!("{base}/v1/tasks/{id}/history")).await;
+            println!(
+                "crash suite: {} (personal: {}) was never asked: {}",
+                task.key, task.personal, history
+            );
+        }
+    }
     assert!(
         unasked.is_empty(),
         "questions that never reached the chat (seed {seed}): {unasked:?}"
