@@ -348,6 +348,7 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
     let mut next = 0;
     let mut lives: Vec<Served> = Vec::new();
     let mut logs: Vec<Log> = Vec::new();
+    let mut killed_at: Vec<chrono::DateTime<chrono::Utc>> = Vec::new();
     let batch = total.div_ceil(kills + 1).max(1);
 
     for life in 0..=kills {
@@ -409,6 +410,8 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         }
         served.child.kill().unwrap();
         served.child.wait().unwrap();
+        // Anything this life made durable is older than this.
+        killed_at.push(chrono::Utc::now());
         lives.push(served);
         for (i, created) in racer.await.unwrap() {
             match created {
@@ -520,6 +523,34 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         );
         if lives_of.len() > 1 {
             println!("crash suite: `{text}` delivered by lives {lives_of:?}");
+            // Allowed only if the delivery was not yet durable when the earlier lives died:
+            // the delivering task's completion is younger than their kills.
+            let (task, id) = known.iter().find(|(t, _)| t.final_text() == *text).unwrap();
+            let delivering = if task.kind == Kind::Instant {
+                (*id).clone()
+            } else {
+                uuid::Uuid::new_v5(
+                    &uuid::Uuid::NAMESPACE_OID,
+                    format!("{id}:0:reply").as_bytes(),
+                )
+                .to_string()
+            };
+            let record = get(&client, format!("{base}/v1/tasks/{delivering}")).await;
+            let completed: chrono::DateTime<chrono::Utc> = record["status_log"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|change| change["status"] == "completed")
+                .and_then(|change| change["at"].as_str()?.parse().ok())
+                .unwrap_or_else(|| panic!("{text}: its delivery never completed: {record}"));
+            for &life in &lives_of[..lives_of.len() - 1] {
+                assert!(
+                    completed > killed_at[life],
+                    "`{text}` was sent again although life {life} had recorded it sent \
+                     (seed {seed}): {record}"
+                );
+            }
         }
         redelivered += lives_of.len() - 1;
     }
