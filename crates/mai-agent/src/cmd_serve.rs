@@ -116,7 +116,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let http = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            axum::serve(listener, router)
+            axum::serve(mai_server::http::listener(listener), router)
                 .with_graceful_shutdown(stop.cancelled_owned())
                 .await
         })

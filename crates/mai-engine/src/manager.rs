@@ -26,6 +26,19 @@ use crate::runner::next_fire_blocking;
 
 /// Longest intent accepted.
 const MAX_INTENT_CHARS: usize = 8_000;
+/// Longest instruction or answer accepted through `inject`/`answer` (it goes into every later
+/// model request of the task; a megabyte would fail the task later with a provider error).
+const MAX_INSTRUCTION_CHARS: usize = 8_000;
+
+/// Refuses a text longer than `max` characters, saying which and how long.
+fn check_length(what: &str, text: &str, max: usize) -> Result<(), EngineError> {
+    if text.chars().count() > max {
+        return Err(EngineError::Invalid(format!(
+            "the {what} is longer than {max} characters; shorten it"
+        )));
+    }
+    Ok(())
+}
 /// How long a title may take before the intent's first words are used.
 const TITLE_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -125,11 +138,7 @@ impl Engine {
                 "the intent is empty; say what the task should do".into(),
             ));
         }
-        if intent.chars().count() > MAX_INTENT_CHARS {
-            return Err(EngineError::Invalid(format!(
-                "the intent is longer than {MAX_INTENT_CHARS} characters; shorten it"
-            )));
-        }
+        check_length("intent", &intent, MAX_INTENT_CHARS)?;
         let now = self.now();
         let (status, scheduled_at) = match &request.trigger {
             Trigger::Now => (TaskStatus::Pending, None),
@@ -241,10 +250,8 @@ impl Engine {
         let reference = reference.trim();
         match self.store.resolve(reference).await? {
             Resolved::Found(task) if caller.owns(&task) => Ok(*task),
-            Resolved::Found(_) | Resolved::NotFound => {
-                Err(EngineError::NotFound(reference.to_owned()))
-            }
-            Resolved::Ambiguous(ids) => Err(EngineError::Ambiguous {
+            Resolved::NotFound => Err(EngineError::NotFound(reference.to_owned())),
+            Resolved::Ambiguous(ids) if caller.role == Role::Admin => Err(EngineError::Ambiguous {
                 reference: reference.to_owned(),
                 candidates: ids
                     .iter()
@@ -252,6 +259,13 @@ impl Engine {
                     .collect::<Vec<_>>()
                     .join(", "),
             }),
+            // The match (or one of the matches) is someone else's task: decide among the
+            // caller's own tasks alone, so other people's tasks neither show their ids in a
+            // "which one?" answer nor hide the caller's own task behind an ambiguity.
+            Resolved::Found(_) | Resolved::Ambiguous(_) => {
+                let own = self.list(caller, TaskFilter::default()).await?;
+                resolve_among(own, reference)
+            }
         }
     }
 
@@ -293,6 +307,7 @@ impl Engine {
         if instruction.is_empty() {
             return Err(EngineError::Invalid("the instruction is empty".into()));
         }
+        check_length("instruction", instruction, MAX_INSTRUCTION_CHARS)?;
         let task = self.resolve_for_change(caller, reference).await?;
         match task.status {
             TaskStatus::WaitingInput => {
@@ -347,6 +362,7 @@ impl Engine {
         reference: &str,
         text: &str,
     ) -> Result<TaskRecord, EngineError> {
+        check_length("answer", text, MAX_INSTRUCTION_CHARS)?;
         let task = self.resolve_for_change(caller, reference).await?;
         if task.status != TaskStatus::WaitingInput {
             return Err(EngineError::WrongState {
@@ -481,5 +497,37 @@ impl Engine {
             Some(task) if caller.owns(&task) => Ok(task),
             _ => Err(EngineError::NotFound(id.to_string())),
         }
+    }
+}
+
+/// Whether `task` is what `reference` names: a prefix of its id (with or without dashes, any
+/// case) or exactly its title.
+pub(crate) fn names_task(task: &TaskRecord, reference: &str) -> bool {
+    let wanted = reference.to_ascii_lowercase();
+    task.id.0.simple().to_string().starts_with(&wanted)
+        || task.id.to_string().starts_with(&wanted)
+        || task.title == reference
+}
+
+/// Resolves `reference` among `candidates` only (the tasks a caller may see).
+pub(crate) fn resolve_among(
+    candidates: Vec<TaskRecord>,
+    reference: &str,
+) -> Result<TaskRecord, EngineError> {
+    let mut matches: Vec<TaskRecord> = candidates
+        .into_iter()
+        .filter(|task| names_task(task, reference))
+        .collect();
+    match matches.len() {
+        0 => Err(EngineError::NotFound(reference.to_owned())),
+        1 => Ok(matches.remove(0)),
+        _ => Err(EngineError::Ambiguous {
+            reference: reference.to_owned(),
+            candidates: matches
+                .iter()
+                .map(|t| t.id.short())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
     }
 }

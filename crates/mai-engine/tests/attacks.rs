@@ -153,3 +153,271 @@ async fn a_user_task_cannot_escalate_through_any_tool() {
         "the plugin API was never called"
     );
 }
+
+/// Regression: a reference was resolved over every task before the ownership check, so a user
+/// whose reference also matched another person's task got "ambiguous: <their short ids>" — the
+/// existence and ids of other people's tasks leaked, and the user's own task was unreachable.
+#[tokio::test]
+async fn an_ambiguous_reference_never_shows_or_counts_other_peoples_tasks() {
+    let h = Harness::start(test_config(), Arc::new(mai_llm::ScriptedModel::default())).await;
+    let later = |title: &str| {
+        let mut request = CreateTask::agent(format!("{title} task"));
+        request.trigger = mai_core::task::Trigger::Delay { seconds: 3600 };
+        request.title = Some(title.into());
+        request
+    };
+    let alice = caller("alice", Role::User, "s");
+    let bob = caller("bob", Role::User, "s");
+    let admin = caller("boss", Role::Admin, "s");
+    let alices = h.engine.create(&alice, later("milk")).await.unwrap();
+    let alices_second = h.engine.create(&alice, later("milk")).await.unwrap();
+    // Only alice's tasks are called "milk": bob is told "not found", exactly as for a title no
+    // task has — not "ambiguous" with alice's ids.
+    let error = h
+        .engine
+        .resolve(&bob, "milk")
+        .await
+        .unwrap_err()
+        .to_string();
+    let nothing = h.engine.resolve(&bob, "tea").await.unwrap_err().to_string();
+    assert_eq!(error.replace("milk", "tea"), nothing);
+    assert!(
+        !error.contains(&alices.id.short()) && !error.contains(&alices_second.id.short()),
+        "{error}"
+    );
+    // Bob's own "milk" is found, whatever alice has.
+    let bobs = h.engine.create(&bob, later("milk")).await.unwrap();
+    assert_eq!(h.engine.resolve(&bob, "milk").await.unwrap().id, bobs.id);
+    let cancelled = h.engine.cancel(&bob, "milk").await.unwrap();
+    assert_eq!(cancelled.id, bobs.id);
+    // Alice still sees her own ambiguity, listing her tasks only.
+    let error = h
+        .engine
+        .resolve(&alice, "milk")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&alices.id.short())
+            && error.contains(&alices_second.id.short())
+            && !error.contains(&bobs.id.short()),
+        "{error}"
+    );
+    // An admin sees every match.
+    let error = h
+        .engine
+        .resolve(&admin, "milk")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains(&bobs.id.short()), "{error}");
+    // A prefix of alice's id, given by bob, is "not found" too.
+    let prefix = &alices.id.short()[..6];
+    let error = h
+        .engine
+        .resolve(&bob, prefix)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!error.contains(&alices.id.short()), "{error}");
+}
+
+/// An engine with the dangerous tools registered (shell on, a plugin API allowlisted, a file
+/// sandbox at `<dir>/files`), over `model`.
+fn armed_config() -> Arc<mai_core::config::LiveConfig> {
+    let mut config = test_config();
+    config.shell.enabled = true;
+    config.plugin_api.allowlist = vec!["weather.today".into()];
+    Arc::new(mai_core::config::LiveConfig::new(config).unwrap())
+}
+
+async fn armed_engine(
+    dir: &std::path::Path,
+    model: Arc<RuleModel>,
+    live: Arc<mai_core::config::LiveConfig>,
+) -> (Arc<Engine>, Arc<RecordingHost>) {
+    let host = Arc::new(RecordingHost {
+        apis: vec![PluginApi {
+            name: "weather.today".into(),
+            description: "weather".into(),
+            plugin: "weather".into(),
+        }],
+        ..RecordingHost::default()
+    });
+    let engine = Engine::new(EngineDeps {
+        store: Arc::new(
+            mai_store::SqliteStore::open(&dir.join("t.db"))
+                .await
+                .unwrap(),
+        ),
+        model,
+        host: host.clone(),
+        registry: Arc::new(ToolRegistry::new()),
+        config: live.clone(),
+        prompts: Arc::new(mai_engine::prompts::Prompts::embedded()),
+        clock: Arc::new(SystemClock),
+        files_root: Some(dir.join("files")),
+    })
+    .await
+    .unwrap();
+    assert!(engine.registry().get("run_command").is_some());
+    (engine, host)
+}
+
+fn tool_results(req: &mai_core::model::ChatRequest) -> Vec<Value> {
+    req.messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Tool)
+        .map(|m| serde_json::from_str(&m.content).unwrap())
+        .collect()
+}
+
+/// A user task's sub-agent (given no tool list, so it inherits what its parent may use) whose
+/// own model calls the admin tools directly: each is refused, nothing happens outside.
+#[tokio::test]
+async fn a_user_tasks_subagent_cannot_escalate_either() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("subagent-command-ran");
+    let outside = dir.path().join("subagent-outside.txt");
+    let attacks: Vec<(&str, Value)> = vec![
+        (
+            "run_command",
+            json!({"command": format!("touch {}", marker.display())}),
+        ),
+        ("call_weather_today", json!({"args": {}})),
+        (
+            "write",
+            json!({"path": outside.display().to_string(), "content": "pwned"}),
+        ),
+        (
+            "write",
+            json!({"path": "../../subagent-outside.txt", "content": "x"}),
+        ),
+    ];
+    let script = attacks.clone();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let record = seen.clone();
+    let model = RuleModel::new(move |req| {
+        let subagent = req.messages[0]
+            .content
+            .starts_with("You are a focused helper");
+        let results = tool_results(req);
+        Ok(if subagent {
+            match script.get(results.len()) {
+                Some((name, args)) => ChatResponse::tool_calls(
+                    "",
+                    vec![ToolCall::new(
+                        format!("s{}", results.len()),
+                        *name,
+                        args.clone(),
+                    )],
+                ),
+                None => {
+                    *record.lock().unwrap() = results;
+                    ChatResponse::text("could not")
+                }
+            }
+        } else if results.is_empty() {
+            ChatResponse::tool_calls(
+                "",
+                vec![ToolCall::new(
+                    "p0",
+                    "ask_subagent",
+                    json!({"intent": "escalate"}),
+                )],
+            )
+        } else {
+            ChatResponse::text("done")
+        })
+    });
+    let (engine, host) = armed_engine(dir.path(), model, armed_config()).await;
+    let mut events = engine.subscribe();
+    engine.start().await.unwrap();
+    let task = engine
+        .create(
+            &caller("user", Role::User, "s"),
+            CreateTask::agent("delegate"),
+        )
+        .await
+        .unwrap();
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
+    let results = seen.lock().unwrap().clone();
+    assert_eq!(results.len(), attacks.len(), "{results:?}");
+    for ((name, args), result) in attacks.iter().zip(&results) {
+        assert_eq!(result["success"], false, "{name} {args}: {result}");
+    }
+    assert!(!marker.exists() && !outside.exists());
+    assert!(!dir.path().join("subagent-outside.txt").exists());
+    assert_eq!(host.api_calls.load(Ordering::SeqCst), 0);
+}
+
+/// The role of a running task is re-resolved at every tool call: an admin's task whose owner is
+/// demoted by a `[permission]` reload mid-task cannot run the admin tool at its next call.
+#[tokio::test]
+async fn a_demoted_owner_loses_the_admin_tools_at_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran-after-demotion");
+    let live = armed_config();
+    let reload = live.clone();
+    let command = format!("touch {}", marker.display());
+    let model = RuleModel::new(move |req| {
+        let results = tool_results(req);
+        Ok(match results.len() {
+            0 => ChatResponse::tool_calls(
+                "",
+                vec![ToolCall::new(
+                    "c0",
+                    "run_command",
+                    json!({"command": "true"}),
+                )],
+            ),
+            1 => {
+                // The first call ran as admin; the owner is demoted before the next one.
+                let mut config = (*reload.config()).clone();
+                config.permission.admins.clear();
+                reload.replace(config).unwrap();
+                ChatResponse::tool_calls(
+                    "",
+                    vec![ToolCall::new(
+                        "c1",
+                        "run_command",
+                        json!({"command": command}),
+                    )],
+                )
+            }
+            _ => ChatResponse::text(json!(results).to_string()),
+        })
+    });
+    let (engine, _host) = armed_engine(dir.path(), model, live).await;
+    let mut events = engine.subscribe();
+    engine.start().await.unwrap();
+    let task = engine
+        .create(
+            &caller("admin", Role::Admin, "s"),
+            CreateTask::agent("run things"),
+        )
+        .await
+        .unwrap();
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
+    let done = engine
+        .get(&caller("x", Role::Admin, "s"), task.id)
+        .await
+        .unwrap();
+    let results: Vec<Value> =
+        serde_json::from_str(done.metadata.answer.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        results[0]["success"], true,
+        "ran as admin first: {}",
+        results[0]
+    );
+    assert_eq!(results[1]["success"], false, "{}", results[1]);
+    assert!(
+        results[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("permission denied"),
+        "{}",
+        results[1]
+    );
+    assert!(!marker.exists(), "the command never ran after the demotion");
+}

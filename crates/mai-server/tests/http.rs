@@ -897,3 +897,17 @@ async fn the_person_a_planner_task_is_for_answers_it_through_the_messages_endpoi
     assert_eq!(answered["task_id"], id.to_string());
     assert_eq!(service.next_sent().await.1, "/data is 40% full");
 }
+
+/// Regression: without TCP_NODELAY, Nagle held back the end of every MCP call's SSE response
+/// until the client's delayed ACK (~40 ms per call, found by `examples/loadgen_http`).
+#[tokio::test]
+async fn the_listener_sets_nodelay_on_every_connection() {
+    use axum::serve::Listener;
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let mut listener = mai_server::http::listener(tcp);
+    let (client, (accepted, _)) =
+        tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+    assert!(accepted.nodelay().unwrap());
+    drop(client);
+}

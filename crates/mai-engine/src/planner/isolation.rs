@@ -16,7 +16,7 @@ use mai_core::tool::ToolError;
 
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::manager::Caller;
+use crate::manager::{Caller, resolve_among};
 
 /// The host-injected context keys of a planner call (none of them in a schema).
 #[derive(Debug, Default, Clone)]
@@ -83,37 +83,16 @@ pub(crate) async fn resolve_in_stream(
     let reference = reference.trim();
     match engine.resolve(caller, reference).await {
         Ok(task) if task.stream_id == caller.stream_id => Ok(task),
-        Ok(_) => Err(EngineError::NotFound(reference.to_owned())),
-        Err(EngineError::Ambiguous { .. }) => {
-            // Ambiguous across all streams; another stream's tasks must neither make the
-            // reference ambiguous nor show their ids, so decide among this stream's alone.
+        Ok(_) | Err(EngineError::Ambiguous { .. }) => {
+            // Another stream's task, or ambiguous across all streams; another stream's tasks
+            // must neither make the reference ambiguous, show their ids, nor hide this
+            // stream's task (an id prefix is tried before titles), so decide among this
+            // stream's alone.
             let filter = TaskFilter {
                 stream_id: Some(caller.stream_id.clone()),
                 ..TaskFilter::default()
             };
-            let wanted = reference.to_ascii_lowercase();
-            let mut matches: Vec<TaskRecord> = engine
-                .list(caller, filter)
-                .await?
-                .into_iter()
-                .filter(|task| {
-                    task.id.0.simple().to_string().starts_with(&wanted)
-                        || task.id.to_string().starts_with(&wanted)
-                        || task.title == reference
-                })
-                .collect();
-            match matches.len() {
-                0 => Err(EngineError::NotFound(reference.to_owned())),
-                1 => Ok(matches.remove(0)),
-                _ => Err(EngineError::Ambiguous {
-                    reference: reference.to_owned(),
-                    candidates: matches
-                        .iter()
-                        .map(|t| t.id.short())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                }),
-            }
+            resolve_among(engine.list(caller, filter).await?, reference)
         }
         Err(error) => Err(error),
     }

@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
@@ -156,6 +156,30 @@ pub(crate) fn too_large(max: usize) -> ApiError {
     )
 }
 
+/// Reads the whole body (already capped by the body-limit layer) before the inner service sees
+/// it, for services that do not know that layer's error: rmcp answers a body that fails to read
+/// with 500, so an oversized chunked body to `/mcp` was a 500 instead of a 413.
+pub(crate) async fn buffer_body(
+    State(max): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    use axum::extract::FromRequest;
+    use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+    let (parts, body) = request.into_parts();
+    match axum::body::Bytes::from_request(Request::new(body), &()).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, bytes.into())).await,
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            too_large(max).into_response()
+        }
+        Err(rejection) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("could not read the request body: {rejection}"),
+        )
+        .into_response(),
+    }
+}
+
 /// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive).
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;
@@ -197,10 +221,20 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    match guard.check(&request) {
+    let mut response = match guard.check(&request) {
         Ok(()) => next.run(request).await,
         Err(refusal) => refusal.into_response(),
+    };
+    // A 413 leaves (part of) the body unread on the connection, so it cannot carry another
+    // request. Say so: without `Connection: close` a keep-alive client puts the connection
+    // back in its pool and its next request there fails with "connection closed before
+    // message completed" (seen under load: innocent requests failing after an oversized one).
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    response
 }
 
 #[cfg(test)]

@@ -3,13 +3,18 @@
 //! recording channel for platform `qq`, and (for HTTP tests) the router served on 127.0.0.1:0.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use mai_core::clock::SystemClock;
 use mai_core::config::{Config, LiveConfig, ServerConfig};
-use mai_core::host::{Delivery, HostError, StreamInfo};
+use mai_core::host::{
+    ChatLine, ChatTarget, Delivery, Host, HostError, Jargon, MemoryQuery, Person, Persona,
+    PluginApi, StreamInfo, UserHit, UserQuery,
+};
+use mai_core::ids::StreamId;
 use mai_core::model::{ChatResponse, ToolCall};
 use mai_core::task::{TaskId, TaskStatus};
 use mai_core::tool::ToolRegistry;
@@ -45,6 +50,7 @@ pub struct Service {
     pub state: ServerState,
     pub model: Arc<ScriptedModel>,
     pub metrics: Metrics,
+    pub plugin_host: Arc<PluginHost>,
     pub channel: Arc<RecordingChannel>,
     /// Messages the bot sent, in order.
     pub outbox: mpsc::UnboundedReceiver<(String, String)>,
@@ -60,8 +66,98 @@ pub fn test_config() -> Config {
     config
 }
 
+/// The embedded host plus plugin APIs (the embedded host has none), counting API calls: the
+/// cross-plugin tools (`call_*`) need a host that offers some.
+pub struct PluginHost {
+    pub inner: Arc<EmbeddedHost>,
+    pub apis: Vec<PluginApi>,
+    pub api_calls: AtomicUsize,
+}
+
+#[async_trait]
+impl Host for PluginHost {
+    async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
+        self.inner.send_text(stream, text).await
+    }
+    async fn append_context(&self, stream: &StreamId, note: &str) -> Result<(), HostError> {
+        self.inner.append_context(stream, note).await
+    }
+    async fn recent_messages(
+        &self,
+        stream: &StreamId,
+        limit: usize,
+    ) -> Result<Vec<ChatLine>, HostError> {
+        self.inner.recent_messages(stream, limit).await
+    }
+    async fn jargon(&self, stream: &StreamId, text: &str) -> Result<Vec<Jargon>, HostError> {
+        self.inner.jargon(stream, text).await
+    }
+    async fn persona(&self) -> Persona {
+        self.inner.persona().await
+    }
+    async fn stream_info(&self, stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
+        self.inner.stream_info(stream).await
+    }
+    async fn open_stream(
+        &self,
+        platform: &str,
+        target: &ChatTarget,
+    ) -> Result<StreamId, HostError> {
+        self.inner.open_stream(platform, target).await
+    }
+    async fn list_streams(&self, limit: usize) -> Result<Vec<StreamInfo>, HostError> {
+        self.inner.list_streams(limit).await
+    }
+    async fn find_person(&self, name: &str) -> Result<Option<Person>, HostError> {
+        self.inner.find_person(name).await
+    }
+    async fn search_users(&self, query: &UserQuery) -> Result<Vec<UserHit>, HostError> {
+        self.inner.search_users(query).await
+    }
+    async fn search_memory(&self, query: &MemoryQuery) -> Result<serde_json::Value, HostError> {
+        self.inner.search_memory(query).await
+    }
+    async fn talk_frequency(&self, stream: &StreamId) -> Result<Option<f64>, HostError> {
+        self.inner.talk_frequency(stream).await
+    }
+    async fn list_apis(&self) -> Result<Vec<PluginApi>, HostError> {
+        Ok(self.apis.clone())
+    }
+    async fn call_api(
+        &self,
+        _name: &str,
+        _args: serde_json::Value,
+    ) -> Result<serde_json::Value, HostError> {
+        self.api_calls.fetch_add(1, Ordering::SeqCst);
+        Ok(json!({"called": true}))
+    }
+}
+
+/// How [`Service::start_with`] differs from the default service.
+pub struct ServiceOptions {
+    pub config: Config,
+    /// Gives the engine a file sandbox at `<dir>/files`.
+    pub files: bool,
+    /// Plugin APIs the host offers (through [`PluginHost`]).
+    pub apis: Vec<PluginApi>,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            config: test_config(),
+            files: false,
+            apis: Vec::new(),
+        }
+    }
+}
+
 impl Service {
     pub async fn start(model: ScriptedModel) -> Service {
+        Service::start_with(model, ServiceOptions::default()).await
+    }
+
+    pub async fn start_with(model: ScriptedModel, options: ServiceOptions) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
         let model = Arc::new(model);
@@ -79,15 +175,20 @@ impl Service {
         let store = SqliteStore::open(dir.path().join("tasks.db"))
             .await
             .unwrap();
+        let plugin_host = Arc::new(PluginHost {
+            inner: host.clone(),
+            apis: options.apis,
+            api_calls: AtomicUsize::new(0),
+        });
         let engine = Engine::new(EngineDeps {
             store: Arc::new(store),
             model: metrics.meter(model.clone()),
-            host: host.clone(),
+            host: plugin_host.clone(),
             registry: Arc::new(ToolRegistry::new()),
-            config: Arc::new(LiveConfig::new(test_config()).unwrap()),
+            config: Arc::new(LiveConfig::new(options.config).unwrap()),
             prompts: Arc::new(Prompts::embedded()),
             clock: Arc::new(SystemClock),
-            files_root: None,
+            files_root: options.files.then(|| dir.path().join("files")),
         })
         .await
         .unwrap();
@@ -103,6 +204,7 @@ impl Service {
             },
             model,
             metrics,
+            plugin_host,
             channel,
             outbox,
             events,
