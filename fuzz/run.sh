@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${1:-20}"
-targets="${FUZZ_TARGETS:-splitter tool_args file_paths cron llm_response}"
+targets="${FUZZ_TARGETS:-splitter tool_args file_paths cron llm_response onebot host_context}"
 sanitizer="${FUZZ_SANITIZER:-address}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mai-agent/fuzz-target}"
 corpus_root="${FUZZ_CORPUS_DIR:-$HOME/.cache/mai-agent/fuzz-corpus}"

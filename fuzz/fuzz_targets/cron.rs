@@ -28,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match next_fire(expr, after) {
         Ok(next) => {
-            assert!(next > after, "{expr:?}: next fire {next} is not after {after}");
+            assert!(
+                next > after,
+                "{expr:?}: next fire {next} is not after {after}"
+            );
             // Only when cheap: a never-firing expression costs seconds in this build.
             assert_eq!(next_fire(expr, after), Ok(next), "not deterministic");
         }

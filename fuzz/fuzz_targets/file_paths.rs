@@ -23,7 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "OUTSIDE-SECRET-7f3a";
 /// (role, `[files] admin_open`): the combinations that must stay confined.
-const CONFINED: [(Role, bool); 3] = [(Role::User, false), (Role::Admin, false), (Role::User, true)];
+const CONFINED: [(Role, bool); 3] = [
+    (Role::User, false),
+    (Role::Admin, false),
+    (Role::User, true),
+];
 /// The root is wiped and re-planted this often, so fuzzed writes do not pile up.
 const RESET_EVERY: u64 = 2_000;
 
@@ -55,7 +59,12 @@ fn snapshot(dir: &Path, skip: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
             out.insert(path.clone(), Vec::new());
             snapshot(&path, skip, out);
         } else if meta.file_type().is_symlink() {
-            out.insert(path.clone(), must(fs::read_link(&path), "read_link").into_os_string().into_encoded_bytes());
+            out.insert(
+                path.clone(),
+                must(fs::read_link(&path), "read_link")
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            );
         } else {
             out.insert(path.clone(), must(fs::read(&path), "read"));
         }
@@ -76,14 +85,26 @@ fn plant(root: &Path, outside: &Path) {
     must(fs::write(root.join("hello.txt"), "hello"), "hello");
     must(fs::create_dir_all(root.join("sub/deeper")), "sub");
     must(symlink("../outside", root.join("out")), "out");
-    must(symlink("../outside/secret.txt", root.join("secret_link")), "secret_link");
+    must(
+        symlink("../outside/secret.txt", root.join("secret_link")),
+        "secret_link",
+    );
     must(symlink(outside, root.join("abs_out")), "abs_out");
-    must(symlink(outside.join("secret.txt"), root.join("abs_secret")), "abs_secret");
+    must(
+        symlink(outside.join("secret.txt"), root.join("abs_secret")),
+        "abs_secret",
+    );
     must(symlink("..", root.join("parent")), "parent");
     must(symlink("../..", root.join("sub/up")), "sub/up");
-    must(symlink("../../../outside/new.txt", root.join("sub/deeper/dangling")), "dangling");
+    must(
+        symlink("../../../outside/new.txt", root.join("sub/deeper/dangling")),
+        "dangling",
+    );
     must(symlink("loop", root.join("loop")), "loop");
-    must(symlink("hello.txt", root.join("inside_link")), "inside_link");
+    must(
+        symlink("hello.txt", root.join("inside_link")),
+        "inside_link",
+    );
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
@@ -102,7 +123,9 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let mut outside_state = BTreeMap::new();
     snapshot(&base, &root, &mut outside_state);
     let runtime = must(
-        tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
         "runtime",
     );
     Fixture {
@@ -130,7 +153,10 @@ fuzz_target!(|data: &[u8]| {
     let (tool, args) = match (selector >> 2) % 4 {
         0 => ("read", json!({"path": path})),
         1 => ("write", json!({"path": path, "content": "FUZZ"})),
-        2 => ("write", json!({"path": path, "content": "FUZZ", "append": true})),
+        2 => (
+            "write",
+            json!({"path": path, "content": "FUZZ", "append": true}),
+        ),
         _ => ("read", json!({"path": path, "offset": 1, "limit": 3})),
     };
     let mut config = Config::default();
@@ -148,7 +174,10 @@ fuzz_target!(|data: &[u8]| {
         .runtime
         .block_on(fixture.registry.execute(tool, role, args, &ctx));
     let text = outcome.value.to_string();
-    assert!(!text.contains(SECRET), "{tool} {path:?} as {role} read the secret: {text:.300}");
+    assert!(
+        !text.contains(SECRET),
+        "{tool} {path:?} as {role} read the secret: {text:.300}"
+    );
     let mut now = BTreeMap::new();
     snapshot(&fixture.base, &fixture.root, &mut now);
     assert!(

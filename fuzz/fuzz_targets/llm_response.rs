@@ -25,7 +25,10 @@ fn check(result: Result<ChatResponse, String>) {
     match result {
         Ok(response) => {
             let calls = &response.message.tool_calls;
-            assert!(calls.iter().all(|c| !c.id.is_empty()), "empty id: {calls:?}");
+            assert!(
+                calls.iter().all(|c| !c.id.is_empty()),
+                "empty id: {calls:?}"
+            );
             assert!(
                 calls.is_empty() || response.finish_reason != FinishReason::Stop,
                 "tool calls with finish_reason stop"

@@ -44,5 +44,9 @@ fuzz_target!(|data: &[u8]| {
             "part {i} has {chars} chars > {max_length}: {part:?}"
         );
     }
-    assert_eq!(split(text, max_length, max_messages), parts, "not deterministic");
+    assert_eq!(
+        split(text, max_length, max_messages),
+        parts,
+        "not deterministic"
+    );
 });

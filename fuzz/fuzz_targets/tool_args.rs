@@ -138,12 +138,22 @@ fuzz_target!(|data: &[u8]| {
         Ok((admitted_tool, admitted_args)) => {
             let tool = tool.unwrap_or_else(|| panic!("admitted unknown tool {name:?}"));
             assert_eq!(admitted_tool.name(), name);
-            assert!(require(role, tool.min_role()).is_ok(), "{name} admitted for {role}");
-            let expected = if args.is_null() { json!({}) } else { args.clone() };
+            assert!(
+                require(role, tool.min_role()).is_ok(),
+                "{name} admitted for {role}"
+            );
+            let expected = if args.is_null() {
+                json!({})
+            } else {
+                args.clone()
+            };
             assert_eq!(admitted_args, &expected);
             let validator = jsonschema::validator_for(tool.parameters())
                 .unwrap_or_else(|e| panic!("schema of {name}: {e}"));
-            assert!(validator.is_valid(admitted_args), "{name}: admitted invalid {args}");
+            assert!(
+                validator.is_valid(admitted_args),
+                "{name}: admitted invalid {args}"
+            );
         }
         Err(refusal) => {
             assert!(!refusal.is_ok());
@@ -152,14 +162,21 @@ fuzz_target!(|data: &[u8]| {
                 .error_message()
                 .unwrap_or_else(|| panic!("refusal without a message: {}", refusal.value));
             let chars = message.chars().count();
-            assert!(chars <= MAX_ERROR_CHARS, "refusal of {chars} chars: {message:.200}");
+            assert!(
+                chars <= MAX_ERROR_CHARS,
+                "refusal of {chars} chars: {message:.200}"
+            );
             if let Some(tool) = &tool
                 && require(role, tool.min_role()).is_ok()
                 && (args.is_object() || args.is_null())
             {
                 let validator = jsonschema::validator_for(tool.parameters())
                     .unwrap_or_else(|e| panic!("schema of {name}: {e}"));
-                let given = if args.is_null() { json!({}) } else { args.clone() };
+                let given = if args.is_null() {
+                    json!({})
+                } else {
+                    args.clone()
+                };
                 assert!(!validator.is_valid(&given), "{name}: refused valid {args}");
             }
         }

@@ -30,3 +30,27 @@ pub use notes::ContextNote;
 pub use onebot::{OneBotChannel, OneBotHandle, OneBotState, OneBotStatus};
 pub use people::NewPerson;
 pub use streams::stream_id_for;
+
+/// Entry points for the fuzz targets in `fuzz/`. Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use mai_core::host::ChatTarget;
+
+    use crate::IncomingMessage;
+    use crate::onebot::protocol::{Frame, parse_frame};
+
+    /// Reads one OneBot v11 frame as the channel does: `Ok(Some(_))` for a message it forwards,
+    /// `Ok(None)` for any other frame it understands, `Err` with a reason otherwise.
+    pub fn onebot_frame(text: &str) -> Result<Option<IncomingMessage>, String> {
+        match parse_frame(text, "qq") {
+            Ok(Frame::Message(message)) => Ok(Some(message)),
+            Ok(_) => Ok(None),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// The `send_msg` action the channel sends for `text`.
+    pub fn onebot_send_msg(target: &ChatTarget, text: &str) -> serde_json::Value {
+        crate::onebot::protocol::send_msg(target, text, "fuzz")
+    }
+}

@@ -12,7 +12,7 @@
 //! - [`sender`]: the sender and the echo correlation it shares with the loop.
 
 mod connection;
-mod protocol;
+pub(crate) mod protocol;
 mod sender;
 
 use std::sync::Arc;
