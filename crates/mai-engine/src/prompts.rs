@@ -332,6 +332,9 @@ impl Prompts {
 fn new_environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // minijinja keeps debug info only in debug builds by default; a release build must name
+    // the missing field too (an operator's overridden template is debugged from that message).
+    env.set_debug(true);
     env.set_auto_escape_callback(|_| AutoEscape::None);
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
