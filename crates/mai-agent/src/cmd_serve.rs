@@ -19,12 +19,15 @@ use mai_server::metrics::Metrics;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::app::{self, App, ModelChoice};
 use crate::settings::Settings;
 
 /// How many received chat messages may wait for the pipeline before channels slow down.
 const INBOUND_QUEUE: usize = 1024;
+/// How long a stop waits for received messages to be handled.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
@@ -67,13 +70,14 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
 
     // Chat channels → the inbound pipeline.
     let (inbound, mut received) = mpsc::channel::<IncomingMessage>(INBOUND_QUEUE);
+    let deliveries = TaskTracker::new();
     let pipeline = {
-        let state = state.clone();
+        let (state, deliveries) = (state.clone(), deliveries.clone());
         tokio::spawn(async move {
             while let Some(message) = received.recv().await {
                 let state = state.clone();
                 // One message's slow command (a title from the model) must not hold up others.
-                tokio::spawn(async move {
+                deliveries.spawn(async move {
                     if let Err(error) = mai_server::inbound::deliver(&state, message).await {
                         tracing::warn!("incoming message not handled: {error}");
                     }
@@ -137,11 +141,21 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     if let Some(onebot) = onebot {
         onebot.shutdown().await;
     }
+    // Messages already received are handled before tasks pause, so an answer that arrived is
+    // stored and reaches its task (bounded: a stuck delivery does not hold the stop forever).
+    let drained = tokio::time::timeout(DRAIN, async {
+        let _ = pipeline.await;
+        deliveries.close();
+        deliveries.wait().await;
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("some received messages were still being handled at stop");
+    }
     engine.stop().await;
     if let Some(mcp) = &mcp {
         mcp.shutdown();
     }
-    pipeline.abort();
     match http.await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!("HTTP server ended with an error: {error}"),
