@@ -255,15 +255,11 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
     }
 
     // Locked again while the next tasks run: wait until they call the model, then lock.
-    let before = calls.load(Ordering::SeqCst);
+    let before = calls.count();
     for i in 0..10 {
         ids.push(create(&client, &served.base, &format!("locked-task b{i}")).await);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while calls.load(Ordering::SeqCst) == before {
-        assert!(Instant::now() < deadline, "the tasks never ran");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    calls.wait_past(before).await;
     sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut other)
         .await
@@ -275,27 +271,20 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
     for record in &records {
         assert_eq!(record["status"], "completed", "{record}");
     }
-    // Each answer reached the console chat exactly once (stdout is read by a thread: wait for it).
+    // Each answer reached the console chat exactly once: wait for each line as it is printed.
     let texts: Vec<String> = ["a", "b"]
         .iter()
         .flat_map(|batch| (0..10).map(move |i| format!("mai> done-{batch}{i}")))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = served.log.lock().unwrap().clone();
-        let counts: Vec<usize> = texts
-            .iter()
-            .map(|t| log.iter().filter(|l| *l == t).count())
-            .collect();
-        if counts.iter().all(|c| *c >= 1) {
-            assert!(counts.iter().all(|c| *c == 1), "{texts:?} {counts:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not delivered: {texts:?} {counts:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < texts.len() {
+        seen.insert(served.wait_line("every answer", |l| texts.iter().any(|t| t == l)));
     }
+    let log = served.log.lock().unwrap().clone();
+    let counts: Vec<usize> = texts
+        .iter()
+        .map(|t| log.iter().filter(|l| *l == t).count())
+        .collect();
+    assert!(counts.iter().all(|c| *c == 1), "{texts:?} {counts:?}");
     assert!(served.terminate().success());
 }

@@ -6,17 +6,48 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+/// How many agent calls the fake model has had; tests wait on it instead of polling.
+#[derive(Debug)]
+pub struct Calls(tokio::sync::watch::Sender<usize>);
+
+impl Default for Calls {
+    fn default() -> Self {
+        Calls(tokio::sync::watch::Sender::new(0))
+    }
+}
+
+impl Calls {
+    fn arrived(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+
+    pub fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits (bounded) until more than `n` calls have arrived.
+    pub async fn wait_past(&self, n: usize) {
+        let mut calls = self.0.subscribe();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            calls.wait_for(|c| *c > n),
+        )
+        .await
+        .expect("the model was never called")
+        .unwrap();
+    }
+}
+
 /// Answers chat completions by rule: titles and polish by model name, agent turns by `script`,
 /// which sees how many tool results the conversation already has.
 pub struct FakeModel<F: Fn(usize, &Value) -> Value + Send + Sync> {
     script: F,
-    agent_calls: Arc<AtomicUsize>,
+    agent_calls: Arc<Calls>,
 }
 
 impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
@@ -25,7 +56,7 @@ impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
         let message = match body["model"].as_str().unwrap() {
             "title-model" => json!({"role": "assistant", "content": "Test title"}),
             _ => {
-                self.agent_calls.fetch_add(1, Ordering::SeqCst);
+                self.agent_calls.arrived();
                 let results = body["messages"]
                     .as_array()
                     .unwrap()
@@ -54,9 +85,9 @@ pub fn answer(text: &str) -> Value {
 
 pub async fn fake_model(
     script: impl Fn(usize, &Value) -> Value + Send + Sync + 'static,
-) -> (MockServer, Arc<AtomicUsize>) {
+) -> (MockServer, Arc<Calls>) {
     let server = MockServer::start().await;
-    let agent_calls = Arc::new(AtomicUsize::new(0));
+    let agent_calls = Arc::new(Calls::default());
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .respond_with(FakeModel {
