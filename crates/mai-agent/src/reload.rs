@@ -103,10 +103,10 @@ async fn reload(
             restart_only.join(", ")
         );
     }
-    if let Err(error) = sync_fetch_tool(engine.registry(), &config.mcp) {
-        tracing::warn!("fetch tool not updated: {error:#}");
-    }
     if config.mcp != current.mcp {
+        if let Err(error) = sync_fetch_tool(engine.registry(), &config.mcp) {
+            tracing::warn!("fetch tool not updated: {error:#}");
+        }
         match mcp {
             Some(manager) => {
                 let servers = if config.mcp.enabled {
