@@ -8,15 +8,11 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use async_trait::async_trait;
 use mai_core::capabilities::McpProxy;
-use mai_core::host::{Delivery, HostError, StreamInfo};
 use mai_engine::planner::planner_registry;
-use mai_host::ChannelSender;
 use mai_server::ServerState;
 
 use crate::app::{self, ModelChoice};
-use crate::console::CONSOLE_PLATFORM;
 use crate::settings::Settings;
 
 /// Serves until the client closes stdin, then stops the engine (running tasks are persisted and
@@ -24,8 +20,7 @@ use crate::settings::Settings;
 pub async fn run(settings: &Settings) -> Result<()> {
     let app = app::build(settings, ModelChoice::Configured).await?;
     // The terminal chat normally prints to stdout, which is the protocol here.
-    app.host
-        .register_channel(CONSOLE_PLATFORM, Arc::new(ConsoleOnStderr));
+    crate::console::connect_on_stderr(&app.host);
     app.engine
         .start()
         .await
@@ -46,15 +41,4 @@ pub async fn run(settings: &Settings) -> Result<()> {
         mcp.shutdown();
     }
     served.context("the MCP stdio server failed")
-}
-
-/// The terminal chat while stdout carries MCP: the bot's messages go to stderr.
-struct ConsoleOnStderr;
-
-#[async_trait]
-impl ChannelSender for ConsoleOnStderr {
-    async fn send(&self, _stream: &StreamInfo, text: &str) -> Result<Delivery, HostError> {
-        eprintln!("mai> {text}");
-        Ok(Delivery::Sent)
-    }
 }

@@ -14,21 +14,36 @@ pub const CONSOLE_PLATFORM: &str = "console";
 /// The person at the terminal.
 pub const CONSOLE_USER: &str = "local";
 
-/// Prints the bot's messages.
+/// Prints the bot's messages as `mai> …`: on stdout, or on stderr where stdout carries a protocol
+/// (`mai-agent mcp`).
 #[derive(Debug, Default)]
-pub struct ConsoleChannel;
+pub struct ConsoleChannel {
+    on_stderr: bool,
+}
 
 #[async_trait]
 impl ChannelSender for ConsoleChannel {
     async fn send(&self, _stream: &StreamInfo, text: &str) -> Result<Delivery, HostError> {
-        println!("mai> {text}");
+        if self.on_stderr {
+            eprintln!("mai> {text}");
+        } else {
+            println!("mai> {text}");
+        }
         Ok(Delivery::Sent)
     }
 }
 
 /// Connects the terminal to `host`.
 pub fn connect(host: &EmbeddedHost) {
-    host.register_channel(CONSOLE_PLATFORM, Arc::new(ConsoleChannel));
+    host.register_channel(CONSOLE_PLATFORM, Arc::new(ConsoleChannel::default()));
+}
+
+/// Connects the terminal to `host` with the bot's messages on stderr.
+pub fn connect_on_stderr(host: &EmbeddedHost) {
+    host.register_channel(
+        CONSOLE_PLATFORM,
+        Arc::new(ConsoleChannel { on_stderr: true }),
+    );
 }
 
 /// Stores a line the person typed as their message in the console chat `chat`.
