@@ -10,6 +10,8 @@
 //! - `all`      every one of them, in that order
 //!
 //! Every workload uses its own SQLite file in a temp dir; polish is off, titles are given.
+//! `--instant-model` (with `http`) swaps the HTTP model for the in-process instant one: the
+//! figure then is the engine and store alone, the ceiling (b) could reach with free model calls.
 //! `--breakdown` (after the workload) wraps the store and the model in timing wrappers and
 //! prints where the wall time went: calls, mean and total per store operation and model call.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a load generator panics on failure
@@ -43,12 +45,20 @@ use tokio::sync::{Notify, broadcast};
 use mai_store::SqliteStore;
 use support::{InstantModel, NullHost, Script, TimedModel, TimedStore, Timings};
 
+/// The allocator `mai-agent` ships with, so figures are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(at) = args.iter().position(|a| a == "--breakdown") {
         args.remove(at);
         let _ = TIMINGS.set(Arc::new(Timings::default()));
+    }
+    if let Some(at) = args.iter().position(|a| a == "--instant-model") {
+        args.remove(at);
+        let _ = INSTANT_MODEL.set(());
     }
     let workload = args.first().map_or("all", String::as_str);
     let count = args.get(1).map(|n| n.parse::<usize>().expect("a count"));
@@ -82,6 +92,10 @@ async fn main() {
         }
     }
 }
+
+/// Set by `--instant-model`: workload (b) runs against the in-process instant model instead of
+/// HTTP, which leaves the engine and the store (the ceiling without model calls).
+static INSTANT_MODEL: OnceLock<()> = OnceLock::new();
 
 /// Set by `--breakdown`: every engine's store and model are timed into it.
 static TIMINGS: OnceLock<Arc<Timings>> = OnceLock::new();
@@ -333,13 +347,17 @@ async fn completion(request: Request<Incoming>) -> Result<Response<Full<Bytes>>,
 
 async fn http(tasks: usize) {
     let (addr, requests) = fake_openai().await;
-    let model: Arc<dyn ChatModel> = Arc::new(
-        OpenAiClient::new(LlmConfig {
-            base_url: format!("http://{addr}/v1"),
-            ..LlmConfig::default()
-        })
-        .unwrap(),
-    );
+    let model: Arc<dyn ChatModel> = if INSTANT_MODEL.get().is_some() {
+        InstantModel::new(Script::ToolRounds(HTTP_ROUNDS))
+    } else {
+        Arc::new(
+            OpenAiClient::new(LlmConfig {
+                base_url: format!("http://{addr}/v1"),
+                ..LlmConfig::default()
+            })
+            .unwrap(),
+        )
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut config = support::bench_config(30);
     config.task.max_concurrent_tasks = 4;

@@ -3,8 +3,8 @@
 //! SQLite admits one writer at a time, so under load writers queue for the write turn. Instead
 //! of each taking the turn for its own transaction, a writer queues its unit and then either
 //! receives its outcome (someone else committed it) or gets the turn and becomes the *leader*:
-//! it takes every unit queued so far, runs them as one batch (`BEGIN IMMEDIATE; unit 1; unit 2;
-//! …; COMMIT`, one round trip to the connection's thread, one commit) and tells each waiter
+//! it takes every unit queued so far, runs them as one batch (`one_trip::BATCH_SQL`: one
+//! fixed program, one round trip to the connection's thread, one commit) and tells each waiter
 //! whether its unit wrote. A waiter is told only after the `COMMIT` returned: when it hears
 //! "written", its write is durable (as durable as `synchronous = NORMAL` makes any commit).
 //! Alone, a writer leads a batch of one: the same single round trip as before.
@@ -16,11 +16,12 @@ use std::sync::Mutex;
 
 use mai_core::store::StoreError;
 use sqlx::pool::PoolConnection;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::{Sqlite, SqlitePool};
 use tokio::sync::oneshot;
+use uuid::Uuid;
 
 use crate::error::db;
-use crate::one_trip::Unit;
+use crate::one_trip::{self, Unit};
 use crate::sqlite::SqliteStore;
 
 /// At most this many units per batch (bounds the statement's parameters and its size).
@@ -107,10 +108,10 @@ impl SqliteStore {
                     }
                     let batch = self.write_queue.take();
                     if batch.len() <= 1 {
-                        run_batch(self.pool.clone(), batch, doing).await;
+                        run_batch(self.writer.clone(), batch, doing).await;
                     } else {
                         // Other writers' units: run to the end even if this caller goes away.
-                        let pool = self.pool.clone();
+                        let pool = self.writer.clone();
                         let handle = tokio::spawn(run_batch(pool, batch, doing));
                         if handle.await.is_err() {
                             tracing::error!("a group commit batch panicked");
@@ -161,21 +162,19 @@ async fn run_batch(pool: SqlitePool, batch: Vec<Queued>, doing: &'static str) {
 
 /// One transaction over `units`: the numbers (positions) of the units that wrote.
 async fn execute(pool: &SqlitePool, units: &[&Unit]) -> Result<Vec<i64>, sqlx::Error> {
-    let mut sql = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
-    for (number, unit) in (0_i64..).zip(units) {
-        unit.push_sql(number, &mut sql);
-    }
-    sql.push("COMMIT");
+    let first_write_id = i64::from_ne_bytes(Uuid::new_v4().as_u64_pair().0.to_ne_bytes());
+    let params = one_trip::Batch::encode(units, first_write_id).into_params();
     let mut batch = Batch(Some(pool.acquire().await?));
     let Some(connection) = batch.0.as_mut() else {
         return Ok(Vec::new());
     };
-    // A batch of one (few shapes) is cached. A mixed batch is prepared each time: caching
-    // every mix filled the per-connection statement caches with large programs (3.4 KiB of
-    // resident memory per waiting task in workload (c)) for ~25 % faster batches under load.
-    let query = sql.build_query_scalar::<i64>().persistent(units.len() == 1);
+    // One fixed program for every batch: prepared once per connection and cached.
+    let mut query = sqlx::query_scalar::<_, i64>(one_trip::BATCH_SQL);
+    for param in params {
+        query = query.bind(param);
+    }
     // `fetch_all`, not `fetch_optional`: a row limit would stop the batch at the first row,
-    // before the other statements and the commit.
+    // before the commit.
     let matched = query.fetch_all(&mut **connection).await?;
     batch.finish();
     Ok(matched)

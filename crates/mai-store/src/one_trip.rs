@@ -1,16 +1,18 @@
-//! The common writes as SQL that needs no answer half-way, so several of them — from several
-//! tasks — run as one batch in one transaction and one round trip (see `group_commit`).
+//! The common writes as one fixed SQL program, so several of them — from several tasks — run
+//! as one batch in one transaction and one round trip (see `group_commit`), and SQLite parses
+//! that program once per connection instead of once per batch.
 //!
 //! sqlx runs each SQLite connection on its own thread and every statement (and `BEGIN`,
 //! `COMMIT`) is a message to that thread and back: two or more thread wake-ups each. On a small
 //! VM a wake-up costs tens of microseconds, far more than the SQL. Here one write (a [`Unit`]:
 //! an insert, or a compare-and-set save, optionally followed by inserts of new tasks that stand
-//! or fall with it) becomes statements that all hang on its first one: e.g. `UPDATE … WHERE
-//! <CAS> AND <stored log ends where the record says> RETURNING <unit number>; INSERT log lines …
-//! WHERE changes() > 0; INSERT history … WHERE changes() > 0`. The first statement returns the
-//! unit's number when it matched; every later statement of the unit runs only if the statement
-//! before it wrote (`changes()` is the row count of the previous statement), so a unit writes
-//! everything or nothing, and the batch learns which units wrote from the returned numbers.
+//! or fall with it) becomes rows of JSON arrays that the batch program reads with `json_each`:
+//! one statement inserts every new task, two update every saved task (status-changing saves
+//! and saves within a status, so the latter rewrite no index entry), then the dependent
+//! inserts, status-log lines and history rows follow. Each unit carries a fresh random write id
+//! that its first statement stores in the row (`tasks.write_id`); every later row of the unit is
+//! written only if the row holds that id, so a unit writes everything or nothing, and the last
+//! statement returns the numbers of the units that wrote.
 //!
 //! When the guess does not hold (a conflict, a changed indexed column, a log that diverged, an
 //! existing id) the unit changes nothing; the caller then runs the general write in `write`,
@@ -19,7 +21,7 @@
 
 use mai_core::store::StoreError;
 use mai_core::task::{TaskRecord, TaskStatus};
-use sqlx::{QueryBuilder, Sqlite};
+use serde_json::{Value, json};
 
 use crate::agent_history::HistoryRow;
 use crate::codec::{LogLine, TaskRow};
@@ -114,7 +116,7 @@ pub(crate) struct Unit {
 }
 
 impl Unit {
-    /// Whether the unit fits one batch statement list (the general path takes the rest).
+    /// Whether the unit is small enough for a batch (the general path takes the rest).
     pub(crate) fn fits(&self) -> bool {
         let head_lines = match &self.head {
             Head::Insert(new) => new.log.len(),
@@ -122,189 +124,199 @@ impl Unit {
         };
         head_lines <= MAX_ROWS && self.inserts.iter().all(|new| new.log.len() <= MAX_ROWS)
     }
+}
 
-    /// Appends the unit's statements to `sql`; its first statement returns `number` if it
-    /// matched.
-    pub(crate) fn push_sql(&self, number: i64, sql: &mut QueryBuilder<Sqlite>) {
-        match &self.head {
-            Head::Insert(new) => {
-                push_insert(new, Some(number), sql);
+/// The batch program: its parameters are the JSON arrays of [`Batch`], one `?` per statement
+/// in order (sqlx binds numbered parameters wrongly across the statements of one query). A unit's
+/// write id `w` is in its head's row and every dependent row; "the row holds `w`" is checked by
+/// primary key, so the checks cost a lookup each.
+pub(crate) const BATCH_SQL: &str = "\
+BEGIN IMMEDIATE;
+INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
+record) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
+value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM json_each(?) WHERE true \
+ON CONFLICT DO NOTHING;
+UPDATE tasks SET status = u.value ->> 10, updated_at = u.value ->> 2, record = u.value ->> 3, \
+write_id = u.value ->> 0 FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
+AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
+AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
+AND tasks.created_at = u.value ->> 9 \
+AND (u.value ->> 11 IS NULL \
+     OR json_extract(tasks.record, '$.metadata.waiting.call_id') = u.value ->> 11) \
+AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+    AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
+    AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
+AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+    AND l.seq > u.value ->> 12);
+UPDATE tasks SET updated_at = u.value ->> 2, record = u.value ->> 3, write_id = u.value ->> 0 \
+FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
+AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
+AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
+AND tasks.created_at = u.value ->> 9 \
+AND (u.value ->> 11 IS NULL \
+     OR json_extract(tasks.record, '$.metadata.waiting.call_id') = u.value ->> 11) \
+AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+    AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
+    AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
+AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+    AND l.seq > u.value ->> 12);
+INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
+record) SELECT d.value ->> 0, d.value ->> 1, d.value ->> 2, d.value ->> 3, d.value ->> 4, \
+d.value ->> 5, d.value ->> 6, d.value ->> 7, d.value ->> 8, d.value ->> 9 FROM json_each(?) AS d \
+WHERE EXISTS (SELECT 1 FROM tasks p WHERE p.id = d.value ->> 10 AND p.write_id = d.value ->> 11) \
+ON CONFLICT DO NOTHING;
+INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
+SELECT value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6 \
+FROM json_each(?) \
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = value ->> 1 AND t.write_id = value ->> 0);
+INSERT INTO task_history (task_id, seq, round, kind, payload, at) \
+SELECT h.value ->> 1, \
+(SELECT COALESCE(MAX(x.seq) + 1, 0) FROM task_history x WHERE x.task_id = h.value ->> 1) \
++ (h.value ->> 2), h.value ->> 3, h.value ->> 4, h.value ->> 5, h.value ->> 6 \
+FROM json_each(?) AS h \
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = h.value ->> 1 AND t.write_id = h.value ->> 0);
+SELECT value ->> 0 FROM json_each(?) \
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = value ->> 1 AND t.write_id = value ->> 2);
+COMMIT";
+
+/// A batch's units as the parameters of [`BATCH_SQL`] (JSON arrays of arrays).
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// New tasks that head a unit.
+    inserts: Vec<Value>,
+    /// Saves that change the status; saves within a status.
+    status_saves: Vec<Value>,
+    same_status_saves: Vec<Value>,
+    /// New tasks that stand or fall with their unit's head.
+    dependents: Vec<Value>,
+    /// Status-log lines and history rows, each with its unit's write id.
+    lines: Vec<Value>,
+    history: Vec<Value>,
+    /// Per unit: its number, head task and write id.
+    heads: Vec<Value>,
+}
+
+impl Batch {
+    /// Encodes `units`. Every head and every dependent insert gets its own write id, counting
+    /// from `first_write_id` (random per batch, so no row can already hold one of them).
+    pub(crate) fn encode(units: &[&Unit], first_write_id: i64) -> Self {
+        let mut batch = Batch::default();
+        let mut write_ids =
+            std::iter::successors(Some(first_write_id), |id| Some(id.wrapping_add(1)));
+        for (number, unit) in (0_i64..).zip(units) {
+            let write_id = write_ids.next().unwrap_or(first_write_id);
+            let head_id = match &unit.head {
+                Head::Insert(new) => {
+                    batch
+                        .inserts
+                        .push(Value::Array(new_task_row(write_id, new)));
+                    batch.push_lines(write_id, &new.row.id, 0, &new.log);
+                    &new.row.id
+                }
+                Head::Save(save) => {
+                    batch.push_save(write_id, save);
+                    &save.row.id
+                }
+            };
+            batch.heads.push(json!([number, head_id, write_id]));
+            for new in &unit.inserts {
+                let dependent_id = write_ids.next().unwrap_or(first_write_id);
+                let mut row = new_task_row(dependent_id, new);
+                row.push(json!(head_id));
+                row.push(json!(write_id));
+                batch.dependents.push(Value::Array(row));
+                batch.push_lines(dependent_id, &new.row.id, 0, &new.log);
             }
-            Head::Save(save) => push_save(save, number, sql),
         }
-        for new in &self.inserts {
-            push_insert(new, None, sql);
-        }
+        batch
     }
-}
 
-/// `INSERT INTO tasks …` (returning `number`, or chained on the previous statement), then its
-/// log lines.
-fn push_insert(new: &NewRow, number: Option<i64>, sql: &mut QueryBuilder<Sqlite>) {
-    let row = &new.row;
-    sql.push(
-        "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-         record, id) SELECT ",
-    )
-    .push_bind(&row.title)
-    .push(", ")
-    .push_bind(&row.owner)
-    .push(", ")
-    .push_bind(&row.stream_id)
-    .push(", ")
-    .push_bind(row.status)
-    .push(", ")
-    .push_bind(row.level)
-    .push(", ")
-    .push_bind(&row.created_at)
-    .push(", ")
-    .push_bind(&row.updated_at)
-    .push(", ")
-    .push_bind(&row.record)
-    .push(", ")
-    .push_bind(&row.id);
-    // `WHERE` is also what lets SQLite parse `ON CONFLICT` after a `SELECT`.
-    match number {
-        Some(number) => {
-            sql.push(" WHERE true ON CONFLICT DO NOTHING RETURNING ")
-                .push_bind(number)
-                .push("; ");
-        }
-        None => {
-            sql.push(" WHERE changes() > 0 ON CONFLICT DO NOTHING; ");
-        }
+    /// The seven parameters, in order.
+    pub(crate) fn into_params(self) -> [String; 7] {
+        [
+            self.inserts,
+            self.status_saves,
+            self.same_status_saves,
+            self.dependents,
+            self.lines,
+            self.history,
+            self.heads,
+        ]
+        .map(|rows| Value::Array(rows).to_string())
     }
-    push_log_lines(&row.id, 0, &new.log, sql);
-}
 
-/// The log lines `lines` numbered from `first_seq`, if the previous statement wrote.
-fn push_log_lines(key: &str, first_seq: i64, lines: &[LogLine], sql: &mut QueryBuilder<Sqlite>) {
-    if lines.is_empty() {
-        return;
-    }
-    sql.push("INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) SELECT ")
-        .push_bind(key)
-        .push(", ")
-        .push_bind(first_seq)
-        .push(" + v.column1, v.column2, v.column3, v.column4, v.column5 FROM (VALUES ");
-    for (offset, line) in (0_i64..).zip(lines) {
-        if offset > 0 {
-            sql.push(", ");
+    fn push_save(&mut self, write_id: i64, save: &SaveRows) {
+        let row = &save.row;
+        let (tail_seq, tail) = &save.tail;
+        let status_changes = save.expected.as_str() != row.status;
+        let fields = json!([
+            write_id,
+            row.id,
+            row.updated_at,
+            row.record,
+            save.expected.as_str(),
+            row.title,
+            row.owner,
+            row.stream_id,
+            row.level,
+            row.created_at,
+            row.status,
+            save.question,
+            tail_seq,
+            tail.at,
+            tail.status,
+            tail.actor,
+            tail.reason,
+        ]);
+        if status_changes {
+            self.status_saves.push(fields);
+        } else {
+            self.same_status_saves.push(fields);
         }
-        sql.push("(")
-            .push_bind(offset)
-            .push(", ")
-            .push_bind(line.at.as_str())
-            .push(", ")
-            .push_bind(line.status.as_str())
-            .push(", ")
-            .push_bind(line.actor.as_str())
-            .push(", ")
-            .push_bind(line.reason.as_str())
-            .push(")");
-    }
-    sql.push(") AS v WHERE changes() > 0; ");
-}
-
-fn push_save(save: &SaveRows, number: i64, sql: &mut QueryBuilder<Sqlite>) {
-    let row = &save.row;
-    let status_changes = save.expected.as_str() != row.status;
-    sql.push("UPDATE tasks SET ");
-    if status_changes {
-        sql.push("title = ")
-            .push_bind(&row.title)
-            .push(", owner = ")
-            .push_bind(&row.owner)
-            .push(", stream_id = ")
-            .push_bind(&row.stream_id)
-            .push(", status = ")
-            .push_bind(row.status)
-            .push(", level = ")
-            .push_bind(row.level)
-            .push(", created_at = ")
-            .push_bind(&row.created_at)
-            .push(", updated_at = ")
-            .push_bind(&row.updated_at)
-            .push(", record = ")
-            .push_bind(&row.record)
-            .push(" WHERE id = ")
-            .push_bind(&row.id)
-            .push(" AND status = ")
-            .push_bind(save.expected.as_str());
-    } else {
-        // Only columns no index covers change, as in `write`'s unindexed update.
-        sql.push("updated_at = ")
-            .push_bind(&row.updated_at)
-            .push(", record = ")
-            .push_bind(&row.record)
-            .push(" WHERE id = ")
-            .push_bind(&row.id)
-            .push(" AND status = ")
-            .push_bind(row.status)
-            .push(" AND title = ")
-            .push_bind(&row.title)
-            .push(" AND owner = ")
-            .push_bind(&row.owner)
-            .push(" AND stream_id = ")
-            .push_bind(&row.stream_id)
-            .push(" AND level = ")
-            .push_bind(row.level)
-            .push(" AND created_at = ")
-            .push_bind(&row.created_at);
-    }
-    if let Some(question) = &save.question {
-        sql.push(" AND json_extract(record, '$.metadata.waiting.call_id') = ")
-            .push_bind(question.as_str());
-    }
-    let (tail_seq, tail) = &save.tail;
-    sql.push(
-        " AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id AND l.seq = ",
-    )
-    .push_bind(*tail_seq)
-    .push(" AND l.at = ")
-    .push_bind(tail.at.as_str())
-    .push(" AND l.status = ")
-    .push_bind(tail.status.as_str())
-    .push(" AND l.actor = ")
-    .push_bind(tail.actor.as_str())
-    .push(" AND l.reason = ")
-    .push_bind(tail.reason.as_str())
-    .push(
-        ") AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-         AND l.seq > ",
-    )
-    .push_bind(*tail_seq)
-    .push(") RETURNING ")
-    .push_bind(number)
-    .push("; ");
-    push_log_lines(&row.id, tail_seq + 1, &save.new_lines, sql);
-    if !save.history.is_empty() {
+        self.push_lines(write_id, &row.id, tail_seq + 1, &save.new_lines);
         // Numbered on from the stored maximum, like `agent_history::insert_history`.
-        sql.push("INSERT INTO task_history (task_id, seq, round, kind, payload, at) SELECT ")
-            .push_bind(&row.id)
-            .push(
-                ", base.n + v.column1, v.column2, v.column3, v.column4, v.column5 \
-                 FROM (SELECT COALESCE(MAX(seq) + 1, 0) AS n FROM task_history \
-                 WHERE task_id = ",
-            )
-            .push_bind(&row.id)
-            .push(") AS base, (VALUES ");
         for (offset, entry) in (0_i64..).zip(&save.history) {
-            if offset > 0 {
-                sql.push(", ");
-            }
-            sql.push("(")
-                .push_bind(offset)
-                .push(", ")
-                .push_bind(entry.round)
-                .push(", ")
-                .push_bind(entry.kind)
-                .push(", ")
-                .push_bind(entry.payload.as_str())
-                .push(", ")
-                .push_bind(entry.at.as_str())
-                .push(")");
+            self.history.push(json!([
+                write_id,
+                row.id,
+                offset,
+                entry.round,
+                entry.kind,
+                entry.payload,
+                entry.at,
+            ]));
         }
-        sql.push(") AS v WHERE changes() > 0; ");
     }
+
+    /// The log lines `lines` of task `key`, numbered from `first_seq`.
+    fn push_lines(&mut self, write_id: i64, key: &str, first_seq: i64, lines: &[LogLine]) {
+        for (seq, line) in (first_seq..).zip(lines) {
+            self.lines.push(json!([
+                write_id,
+                key,
+                seq,
+                line.at,
+                line.status,
+                line.actor,
+                line.reason,
+            ]));
+        }
+    }
+}
+
+/// `[write id, id, title, owner, stream_id, status, level, created_at, updated_at, record]`.
+fn new_task_row(write_id: i64, new: &NewRow) -> Vec<Value> {
+    let row = &new.row;
+    vec![
+        json!(write_id),
+        json!(row.id),
+        json!(row.title),
+        json!(row.owner),
+        json!(row.stream_id),
+        json!(row.status),
+        json!(row.level),
+        json!(row.created_at),
+        json!(row.updated_at),
+        json!(row.record),
+    ]
 }

@@ -50,7 +50,12 @@ pub struct ConnectionSettings {
 /// The task store on SQLite. Cheap to share behind an `Arc`; safe to call from many tasks.
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// Reads (and the embedded host's tables).
     pub(crate) pool: SqlitePool,
+    /// This store's writes: one connection, so its page cache stays warm (SQLite drops a
+    /// connection's cache whenever another connection wrote) and writes never wait for a
+    /// connection. A file store's own pool of one; an in-memory store's only pool.
+    pub(crate) writer: SqlitePool,
     /// Serializes this process's write transactions. SQLite admits one writer at a time anyway;
     /// queueing here hands the lock over in order instead of leaving waiters in SQLite's
     /// sleep-and-retry busy handler. Other processes are still covered by `busy_timeout`.
@@ -97,10 +102,16 @@ impl SqliteStore {
             // A ping per acquire is a round trip to the connection's thread for nothing: a
             // SQLite connection does not go stale the way a network connection does.
             .test_before_acquire(false)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await
             .map_err(|error| open_failed(Box::new(error)))?;
-        Self::migrated(pool).await
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_lazy_with(connect);
+        Self::migrated(pool, writer).await
     }
 
     /// A private in-memory database, gone when the store is dropped (tests, dry runs).
@@ -120,10 +131,10 @@ impl SqliteStore {
             .connect_with(connect)
             .await
             .map_err(db("opening an in-memory task database"))?;
-        Self::migrated(pool).await
+        Self::migrated(pool.clone(), pool).await
     }
 
-    async fn migrated(pool: SqlitePool) -> Result<Self, StoreError> {
+    async fn migrated(pool: SqlitePool, writer: SqlitePool) -> Result<Self, StoreError> {
         schema::migrate(&pool).await?;
         tracing::debug!(
             schema_version = schema::latest_version(),
@@ -131,6 +142,7 @@ impl SqliteStore {
         );
         Ok(SqliteStore {
             pool,
+            writer,
             write_gate: Mutex::new(()),
             write_queue: crate::group_commit::WriteQueue::default(),
         })
@@ -182,6 +194,7 @@ impl SqliteStore {
 
     /// Waits for running statements and closes every connection (checkpointing the WAL).
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 }

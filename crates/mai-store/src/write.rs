@@ -71,7 +71,7 @@ impl SqliteStore {
         &self,
         doing: &'static str,
     ) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.pool
+        self.writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db(doing))
