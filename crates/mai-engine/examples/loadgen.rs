@@ -45,7 +45,7 @@ use tokio::sync::{Notify, broadcast};
 use mai_store::SqliteStore;
 use support::{InstantModel, NullHost, Script, TimedModel, TimedStore, Timings};
 
-/// The allocator `mai-agent` ships with, so figures are the product's.
+/// The allocator the `mai-agent` binary ships with, so figures are the product's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

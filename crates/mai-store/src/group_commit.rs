@@ -3,11 +3,11 @@
 //! SQLite admits one writer at a time, so under load writers queue for the write turn. Instead
 //! of each taking the turn for its own transaction, a writer queues its unit and then either
 //! receives its outcome (someone else committed it) or gets the turn and becomes the *leader*:
-//! it takes every unit queued so far, runs them as one batch (`one_trip::BATCH_SQL`: one
-//! fixed program, one round trip to the connection's thread, one commit) and tells each waiter
+//! it takes every unit queued so far, runs them as one batch (`one_trip`: one of a few
+//! fixed programs, one round trip to the connection's thread, one commit) and tells each waiter
 //! whether its unit wrote. A waiter is told only after the `COMMIT` returned: when it hears
 //! "written", its write is durable (as durable as `synchronous = NORMAL` makes any commit).
-//! Alone, a writer leads a batch of one: the same single round trip as before.
+//! Alone, a writer leads a batch of one: its unit's own statements, one round trip.
 //!
 //! A batch that fails (a statement error) rolls back as a whole; each of its units is then run
 //! alone, so one bad write fails only its own caller.
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use mai_core::store::StoreError;
 use sqlx::pool::PoolConnection;
-use sqlx::{Sqlite, SqlitePool};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -162,15 +162,27 @@ async fn run_batch(pool: SqlitePool, batch: Vec<Queued>, doing: &'static str) {
 
 /// One transaction over `units`: the numbers (positions) of the units that wrote.
 async fn execute(pool: &SqlitePool, units: &[&Unit]) -> Result<Vec<i64>, sqlx::Error> {
-    let first_write_id = i64::from_ne_bytes(Uuid::new_v4().as_u64_pair().0.to_ne_bytes());
-    let params = one_trip::Batch::encode(units, first_write_id).into_params();
+    let (sql, params) = match units {
+        // Alone, a unit's own statements (one cached program per shape) are the fastest.
+        [unit] => {
+            let mut sql = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
+            unit.push_sql(0, &mut sql);
+            sql.push("COMMIT");
+            (sql, None)
+        }
+        _ => {
+            let first_write_id = i64::from_ne_bytes(Uuid::new_v4().as_u64_pair().0.to_ne_bytes());
+            let (sql, params) = one_trip::Batch::encode(units, first_write_id).into_query();
+            (QueryBuilder::new(sql), Some(params))
+        }
+    };
+    let mut sql = sql;
     let mut batch = Batch(Some(pool.acquire().await?));
     let Some(connection) = batch.0.as_mut() else {
         return Ok(Vec::new());
     };
-    // One fixed program for every batch: prepared once per connection and cached.
-    let mut query = sqlx::query_scalar::<_, i64>(one_trip::BATCH_SQL);
-    for param in params {
+    let mut query = sql.build_query_scalar::<i64>();
+    for param in params.into_iter().flatten() {
         query = query.bind(param);
     }
     // `fetch_all`, not `fetch_optional`: a row limit would stop the batch at the first row,
@@ -277,6 +289,73 @@ mod tests {
             } else {
                 assert_eq!(stored.status, TaskStatus::Pending);
                 assert_eq!(stored.status_log.len(), 1);
+                assert!(history.is_empty());
+            }
+        }
+    }
+
+    /// Every unit in one batch (the write turn is held while they queue): completions that
+    /// insert a reply task with them; half of them from a stale snapshot (the store never saw
+    /// the claim).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_batch_writes_each_unit_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(SqliteStore::open(dir.path().join("t.db")).await.unwrap());
+        let mut parents: Vec<TaskRecord> = (0..12).map(|i| task(&format!("p{i}"))).collect();
+        for (i, t) in parents.iter_mut().enumerate() {
+            store.insert(t).await.unwrap();
+            t.transition(TaskStatus::Running, "scheduler", "dispatched", at(1))
+                .unwrap();
+            if i % 2 == 0 {
+                store.save(t, Some(TaskStatus::Pending)).await.unwrap();
+            }
+            t.transition(TaskStatus::Completed, "scheduler", "answered", at(2))
+                .unwrap();
+        }
+        let replies: Vec<TaskRecord> = (0..12).map(|i| task(&format!("r{i}"))).collect();
+        let turn = store.write_gate.lock().await;
+        let mut handles = Vec::new();
+        for (i, (parent, reply)) in parents.iter().cloned().zip(replies.clone()).enumerate() {
+            let store = store.clone();
+            handles.push(tokio::spawn(async move {
+                let history = [message(&format!("answer {i}"))];
+                let writes = [
+                    TaskWrite::Save {
+                        task: &parent,
+                        expected: Some(TaskStatus::Running),
+                        expected_question: None,
+                        history: &history,
+                    },
+                    TaskWrite::InsertIfAbsent(&reply),
+                ];
+                store.write(&writes).await.unwrap()
+            }));
+        }
+        while store.write_queue.queued.lock().unwrap().len() < parents.len() {
+            tokio::task::yield_now().await;
+        }
+        drop(turn);
+        for (i, handle) in handles.into_iter().enumerate() {
+            let outcome = handle.await.unwrap();
+            let stored = store.get(parents[i].id).await.unwrap().unwrap();
+            let reply = store.get(replies[i].id).await.unwrap();
+            let history = store.history(parents[i].id, 0).await.unwrap();
+            if i % 2 == 0 {
+                assert_eq!(outcome, SaveOutcome::Saved);
+                assert_eq!(stored.status_log, parents[i].status_log);
+                assert_eq!(reply.as_ref(), Some(&replies[i]), "the reply with its log");
+                assert_eq!(history.len(), 1);
+                assert_eq!(history[0].payload["content"], format!("answer {i}"));
+            } else {
+                assert_eq!(
+                    outcome,
+                    SaveOutcome::Conflict {
+                        actual: TaskStatus::Pending
+                    }
+                );
+                assert_eq!(stored.status, TaskStatus::Pending);
+                assert_eq!(stored.status_log.len(), 1);
+                assert!(reply.is_none(), "no reply without its parent's completion");
                 assert!(history.is_empty());
             }
         }

@@ -1,18 +1,24 @@
-//! The common writes as one fixed SQL program, so several of them — from several tasks — run
-//! as one batch in one transaction and one round trip (see `group_commit`), and SQLite parses
-//! that program once per connection instead of once per batch.
+//! The common writes as SQL that needs no answer half-way, so several of them — from several
+//! tasks — run as one batch in one transaction and one round trip (see `group_commit`).
 //!
 //! sqlx runs each SQLite connection on its own thread and every statement (and `BEGIN`,
 //! `COMMIT`) is a message to that thread and back: two or more thread wake-ups each. On a small
 //! VM a wake-up costs tens of microseconds, far more than the SQL. Here one write (a [`Unit`]:
 //! an insert, or a compare-and-set save, optionally followed by inserts of new tasks that stand
-//! or fall with it) becomes rows of JSON arrays that the batch program reads with `json_each`:
-//! one statement inserts every new task, two update every saved task (status-changing saves
-//! and saves within a status, so the latter rewrite no index entry), then the dependent
-//! inserts, status-log lines and history rows follow. Each unit carries a fresh random write id
-//! that its first statement stores in the row (`tasks.write_id`); every later row of the unit is
-//! written only if the row holds that id, so a unit writes everything or nothing, and the last
-//! statement returns the numbers of the units that wrote.
+//! or fall with it) has two encodings with the same meaning:
+//!
+//! - **Alone** ([`Unit::push_sql`]): its own statements, all hanging on the first, e.g.
+//!   `UPDATE … WHERE <CAS> AND <stored log ends where the record says> RETURNING <unit number>;
+//!   INSERT log lines … WHERE changes() > 0; INSERT history … WHERE changes() > 0`. Few shapes,
+//!   each prepared once: the fastest for one write.
+//! - **Several** ([`Batch`]): rows of JSON arrays read by a fixed program ([`STEPS`]) with
+//!   `json_each`: one statement inserts every new task, two update every saved task
+//!   (status-changing saves, and saves within a status, which rewrite no index entry), then
+//!   the dependent inserts, status-log lines and history rows. Each head and dependent insert
+//!   carries a fresh random write id that its statement stores in the row (`tasks.write_id`);
+//!   a unit's later rows are written only if its rows hold its ids, and the last statement
+//!   returns the numbers of the units that wrote. A mix of units used to be a new SQL text to
+//!   parse on every batch (~40 µs per unit); these programs are prepared once per connection.
 //!
 //! When the guess does not hold (a conflict, a changed indexed column, a log that diverged, an
 //! existing id) the unit changes nothing; the caller then runs the general write in `write`,
@@ -22,6 +28,7 @@
 use mai_core::store::StoreError;
 use mai_core::task::{TaskRecord, TaskStatus};
 use serde_json::{Value, json};
+use sqlx::{QueryBuilder, Sqlite};
 
 use crate::agent_history::HistoryRow;
 use crate::codec::{LogLine, TaskRow};
@@ -124,19 +131,35 @@ impl Unit {
         };
         head_lines <= MAX_ROWS && self.inserts.iter().all(|new| new.log.len() <= MAX_ROWS)
     }
+
+    /// Appends the unit's statements to `sql`; its first statement returns `number` if it
+    /// matched.
+    pub(crate) fn push_sql(&self, number: i64, sql: &mut QueryBuilder<Sqlite>) {
+        match &self.head {
+            Head::Insert(new) => {
+                push_insert(new, Some(number), sql);
+            }
+            Head::Save(save) => push_save(save, number, sql),
+        }
+        for new in &self.inserts {
+            push_insert(new, None, sql);
+        }
+    }
 }
 
-/// The batch program: its parameters are the JSON arrays of [`Batch`], one `?` per statement
-/// in order (sqlx binds numbered parameters wrongly across the statements of one query). A unit's
-/// write id `w` is in its head's row and every dependent row; "the row holds `w`" is checked by
-/// primary key, so the checks cost a lookup each.
-pub(crate) const BATCH_SQL: &str = "\
-BEGIN IMMEDIATE;
-INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
+/// The batch program's steps, one per parameter of [`Batch`] and in its order. A unit's write
+/// id `w` is in its head's row and every dependent row; "the row holds `w`" is checked by
+/// primary key, so the checks cost a lookup each. A batch runs the steps whose rows it has,
+/// between `BEGIN IMMEDIATE` and `COMMIT`, always ending with the last (which returns the
+/// numbers of the units that wrote): a handful of fixed programs, each prepared once per
+/// connection. One `?` per step: sqlx binds numbered parameters wrongly across the statements
+/// of one query.
+const STEPS: [&str; 7] = [
+    "INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
 record) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
 value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM json_each(?) WHERE true \
-ON CONFLICT DO NOTHING;
-UPDATE tasks SET status = u.value ->> 10, updated_at = u.value ->> 2, record = u.value ->> 3, \
+ON CONFLICT DO NOTHING",
+    "UPDATE tasks SET status = u.value ->> 10, updated_at = u.value ->> 2, record = u.value ->> 3, \
 write_id = u.value ->> 0 FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
 AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
 AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
@@ -147,8 +170,8 @@ AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
     AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
     AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
 AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-    AND l.seq > u.value ->> 12);
-UPDATE tasks SET updated_at = u.value ->> 2, record = u.value ->> 3, write_id = u.value ->> 0 \
+    AND l.seq > u.value ->> 12)",
+    "UPDATE tasks SET updated_at = u.value ->> 2, record = u.value ->> 3, write_id = u.value ->> 0 \
 FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
 AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
 AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
@@ -159,27 +182,27 @@ AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
     AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
     AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
 AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-    AND l.seq > u.value ->> 12);
-INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
+    AND l.seq > u.value ->> 12)",
+    "INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
 record) SELECT d.value ->> 0, d.value ->> 1, d.value ->> 2, d.value ->> 3, d.value ->> 4, \
 d.value ->> 5, d.value ->> 6, d.value ->> 7, d.value ->> 8, d.value ->> 9 FROM json_each(?) AS d \
 WHERE EXISTS (SELECT 1 FROM tasks p WHERE p.id = d.value ->> 10 AND p.write_id = d.value ->> 11) \
-ON CONFLICT DO NOTHING;
-INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
+ON CONFLICT DO NOTHING",
+    "INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
 SELECT value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6 \
 FROM json_each(?) \
-WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = value ->> 1 AND t.write_id = value ->> 0);
-INSERT INTO task_history (task_id, seq, round, kind, payload, at) \
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = value ->> 1 AND t.write_id = value ->> 0)",
+    "INSERT INTO task_history (task_id, seq, round, kind, payload, at) \
 SELECT h.value ->> 1, \
 (SELECT COALESCE(MAX(x.seq) + 1, 0) FROM task_history x WHERE x.task_id = h.value ->> 1) \
 + (h.value ->> 2), h.value ->> 3, h.value ->> 4, h.value ->> 5, h.value ->> 6 \
 FROM json_each(?) AS h \
-WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = h.value ->> 1 AND t.write_id = h.value ->> 0);
-SELECT value ->> 0 FROM json_each(?) \
-WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = value ->> 1 AND t.write_id = value ->> 2);
-COMMIT";
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = h.value ->> 1 AND t.write_id = h.value ->> 0)",
+    "SELECT value ->> 0 FROM json_each(?) \
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = value ->> 1 AND t.write_id = value ->> 2)",
+];
 
-/// A batch's units as the parameters of [`BATCH_SQL`] (JSON arrays of arrays).
+/// A batch's units as the parameters of [`STEPS`] (JSON arrays of arrays).
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     /// New tasks that head a unit.
@@ -231,9 +254,9 @@ impl Batch {
         batch
     }
 
-    /// The seven parameters, in order.
-    pub(crate) fn into_params(self) -> [String; 7] {
-        [
+    /// The batch's program and its parameters: the steps it has rows for, then the result.
+    pub(crate) fn into_query(self) -> (String, Vec<String>) {
+        let arrays = [
             self.inserts,
             self.status_saves,
             self.same_status_saves,
@@ -241,8 +264,18 @@ impl Batch {
             self.lines,
             self.history,
             self.heads,
-        ]
-        .map(|rows| Value::Array(rows).to_string())
+        ];
+        let mut sql = String::from("BEGIN IMMEDIATE;\n");
+        let mut params = Vec::with_capacity(arrays.len());
+        for (step, rows) in STEPS.iter().zip(arrays) {
+            if !rows.is_empty() {
+                sql.push_str(step);
+                sql.push_str(";\n");
+                params.push(Value::Array(rows).to_string());
+            }
+        }
+        sql.push_str("COMMIT");
+        (sql, params)
     }
 
     fn push_save(&mut self, write_id: i64, save: &SaveRows) {
@@ -319,4 +352,157 @@ fn new_task_row(write_id: i64, new: &NewRow) -> Vec<Value> {
         json!(row.updated_at),
         json!(row.record),
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// A lone unit as plain statements, chained on `changes()`.
+
+/// `INSERT INTO tasks …` (returning `number`, or chained on the previous statement), then its
+/// log lines.
+fn push_insert(new: &NewRow, number: Option<i64>, sql: &mut QueryBuilder<Sqlite>) {
+    let row = &new.row;
+    sql.push(
+        "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
+         record, id) SELECT ",
+    )
+    .push_bind(&row.title)
+    .push(", ")
+    .push_bind(&row.owner)
+    .push(", ")
+    .push_bind(&row.stream_id)
+    .push(", ")
+    .push_bind(row.status)
+    .push(", ")
+    .push_bind(row.level)
+    .push(", ")
+    .push_bind(&row.created_at)
+    .push(", ")
+    .push_bind(&row.updated_at)
+    .push(", ")
+    .push_bind(&row.record)
+    .push(", ")
+    .push_bind(&row.id);
+    // `WHERE` is also what lets SQLite parse `ON CONFLICT` after a `SELECT`.
+    match number {
+        Some(number) => {
+            sql.push(" WHERE true ON CONFLICT DO NOTHING RETURNING ")
+                .push_bind(number)
+                .push("; ");
+        }
+        None => {
+            sql.push(" WHERE changes() > 0 ON CONFLICT DO NOTHING; ");
+        }
+    }
+    push_log_lines(&row.id, 0, &new.log, sql);
+}
+
+/// The log lines `lines` numbered from `first_seq`, if the previous statement wrote.
+fn push_log_lines(key: &str, first_seq: i64, lines: &[LogLine], sql: &mut QueryBuilder<Sqlite>) {
+    if lines.is_empty() {
+        return;
+    }
+    sql.push("INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) SELECT ")
+        .push_bind(key)
+        .push(", ")
+        .push_bind(first_seq)
+        .push(" + v.column1, v.column2, v.column3, v.column4, v.column5 FROM (VALUES ");
+    for (offset, line) in (0_i64..).zip(lines) {
+        if offset > 0 {
+            sql.push(", ");
+        }
+        sql.push("(")
+            .push_bind(offset)
+            .push(", ")
+            .push_bind(line.at.as_str())
+            .push(", ")
+            .push_bind(line.status.as_str())
+            .push(", ")
+            .push_bind(line.actor.as_str())
+            .push(", ")
+            .push_bind(line.reason.as_str())
+            .push(")");
+    }
+    sql.push(") AS v WHERE changes() > 0; ");
+}
+
+fn push_save(save: &SaveRows, number: i64, sql: &mut QueryBuilder<Sqlite>) {
+    let row = &save.row;
+    // Only the status and columns no index covers change (see `STEPS`).
+    sql.push("UPDATE tasks SET ");
+    if save.expected.as_str() != row.status {
+        sql.push("status = ").push_bind(row.status).push(", ");
+    }
+    sql.push("updated_at = ")
+        .push_bind(&row.updated_at)
+        .push(", record = ")
+        .push_bind(&row.record)
+        .push(" WHERE id = ")
+        .push_bind(&row.id)
+        .push(" AND status = ")
+        .push_bind(save.expected.as_str())
+        .push(" AND title = ")
+        .push_bind(&row.title)
+        .push(" AND owner = ")
+        .push_bind(&row.owner)
+        .push(" AND stream_id = ")
+        .push_bind(&row.stream_id)
+        .push(" AND level = ")
+        .push_bind(row.level)
+        .push(" AND created_at = ")
+        .push_bind(&row.created_at);
+    if let Some(question) = &save.question {
+        sql.push(" AND json_extract(record, '$.metadata.waiting.call_id') = ")
+            .push_bind(question.as_str());
+    }
+    let (tail_seq, tail) = &save.tail;
+    sql.push(
+        " AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id AND l.seq = ",
+    )
+    .push_bind(*tail_seq)
+    .push(" AND l.at = ")
+    .push_bind(tail.at.as_str())
+    .push(" AND l.status = ")
+    .push_bind(tail.status.as_str())
+    .push(" AND l.actor = ")
+    .push_bind(tail.actor.as_str())
+    .push(" AND l.reason = ")
+    .push_bind(tail.reason.as_str())
+    .push(
+        ") AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+         AND l.seq > ",
+    )
+    .push_bind(*tail_seq)
+    .push(") RETURNING ")
+    .push_bind(number)
+    .push("; ");
+    push_log_lines(&row.id, tail_seq + 1, &save.new_lines, sql);
+    if !save.history.is_empty() {
+        // Numbered on from the stored maximum, like `agent_history::insert_history`.
+        sql.push("INSERT INTO task_history (task_id, seq, round, kind, payload, at) SELECT ")
+            .push_bind(&row.id)
+            .push(
+                ", base.n + v.column1, v.column2, v.column3, v.column4, v.column5 \
+                 FROM (SELECT COALESCE(MAX(seq) + 1, 0) AS n FROM task_history \
+                 WHERE task_id = ",
+            )
+            .push_bind(&row.id)
+            .push(") AS base, (VALUES ");
+        for (offset, entry) in (0_i64..).zip(&save.history) {
+            if offset > 0 {
+                sql.push(", ");
+            }
+            sql.push("(")
+                .push_bind(offset)
+                .push(", ")
+                .push_bind(entry.round)
+                .push(", ")
+                .push_bind(entry.kind)
+                .push(", ")
+                .push_bind(entry.payload.as_str())
+                .push(", ")
+                .push_bind(entry.at.as_str())
+                .push(")");
+        }
+        sql.push(") AS v WHERE changes() > 0; ");
+    }
 }
