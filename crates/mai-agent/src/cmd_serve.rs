@@ -102,8 +102,8 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         None => None,
     };
 
-    // Cancelling `stop` also ends open MCP event streams, which would otherwise hold the
-    // graceful HTTP shutdown open forever.
+    // Cancelling `stop` also ends open MCP and `/v1/events` streams, which would otherwise
+    // hold the graceful HTTP shutdown open forever.
     let stop = CancellationToken::new();
     let mcp_router = config
         .server
@@ -115,6 +115,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
             config: config.server.clone(),
             mcp: mcp_router,
             metrics,
+            shutdown: stop.clone(),
         },
     );
     let http = {

@@ -825,6 +825,12 @@ async fn every_documented_route_is_served_and_mcp_sits_behind_the_guard() {
             .await
             .unwrap();
         let status = response.status().as_u16();
+        if path == "/v1/events" {
+            // A stream that does not end: its head is the answer.
+            assert_eq!(status, 200);
+            assert_eq!(response.headers()["content-type"], "text/event-stream");
+            continue;
+        }
         let text = response.text().await.unwrap();
         assert!(
             !text.contains("no such endpoint") && status < 500,
@@ -910,4 +916,184 @@ async fn the_listener_sets_nodelay_on_every_connection() {
         tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
     assert!(accepted.nodelay().unwrap());
     drop(client);
+}
+
+/// Reads Server-Sent Events: `(event name, data as JSON)`, or `None` when the stream ended.
+struct SseReader {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl SseReader {
+    fn new(response: reqwest::Response) -> Self {
+        SseReader {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<(String, Value)> {
+        use futures::StreamExt;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut name = None;
+                let mut data = None;
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("event: ") {
+                        name = Some(value.to_owned());
+                    } else if let Some(value) = line.strip_prefix("data: ") {
+                        data = Some(serde_json::from_str(value).unwrap());
+                    }
+                }
+                // A keep-alive comment has neither.
+                if let (Some(name), Some(data)) = (name, data) {
+                    return Some((name, data));
+                }
+                continue;
+            }
+            let chunk = self.body.next().await?.unwrap();
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// The next event of `task`, skipping others.
+    async fn next_of(&mut self, task: TaskId) -> (String, Value) {
+        loop {
+            let (name, data) = self.next().await.expect("the stream ended");
+            if data["task_id"] == task.to_string() {
+                return (name, data);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn live_events_follow_a_task_filter_by_task_and_end_when_the_server_stops() {
+    let model = ScriptedModel::from_responses([
+        call("list_my_tasks", json!({})),
+        ChatResponse::text("Water reminder is set up."),
+    ]);
+    let service = Service::start(model).await;
+    service.say("user", Some("42"), "hello").await;
+    let mut options = HttpOptions::new(server_config());
+    let stop = options.shutdown.clone();
+    let served = serve(&service, options).await;
+
+    let response = served.get("/v1/events").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut all = SseReader::new(response);
+    let (_, created) = json_of(
+        served
+            .post("/v1/tasks")
+            .json(
+                &json!({"intent": "set up a water reminder", "stream_id": "qq:group:42",
+                          "platform": "qq", "title": "water"}),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let id = task_id(&created);
+    // Its whole life, in order, as it happens.
+    let mut seen = Vec::new();
+    loop {
+        let (name, data) = all.next_of(id).await;
+        assert_eq!(data["event"], name.as_str(), "{data}");
+        let done = name == "status" && data["status"] == "completed";
+        seen.push(match name.as_str() {
+            "status" => format!("status {}", data["status"].as_str().unwrap()),
+            "tool_call" | "tool_result" => format!("{name} {}", data["tool"].as_str().unwrap()),
+            "answer" => format!("answer {}", data["text"].as_str().unwrap()),
+            other => other.to_owned(),
+        });
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "created",
+            "status running",
+            "round",
+            "tool_call list_my_tasks",
+            "tool_result list_my_tasks",
+            "round",
+            "answer Water reminder is set up.",
+            "status completed",
+        ]
+    );
+
+    // Only one task's events: another task's creation is not in the filtered stream.
+    let later = |title: &str| {
+        json!({"intent": "later", "stream_id": "qq:group:42", "platform": "qq",
+               "title": title, "delay_seconds": 3600})
+    };
+    let (_, b) = json_of(
+        served
+            .post("/v1/tasks")
+            .json(&later("b"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let b = task_id(&b);
+    let response = served
+        .get(&format!("/v1/events?task_id={}", b.short()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut only_b = SseReader::new(response);
+    let (status, _) = json_of(
+        served
+            .post("/v1/tasks")
+            .json(&later("c"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, _) = json_of(
+        served
+            .post(&format!("/v1/tasks/{}/cancel", b.short()))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (name, data) = only_b.next().await.unwrap();
+    assert_eq!(
+        (name.as_str(), data["task_id"].as_str()),
+        ("status", Some(b.to_string().as_str()))
+    );
+    assert_eq!(data["status"], "cancelled");
+
+    // Mistakes are plain JSON errors.
+    let (status, body) = json_of(
+        served
+            .get("/v1/events?task_id=nosuchtask")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = json_of(served.get("/v1/events?since=5").send().await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+
+    // Stopping the server ends the streams (a graceful shutdown would wait for them otherwise).
+    stop.cancel();
+    for mut stream in [all, only_b] {
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while stream.next().await.is_some() {}
+        });
+        assert!(ended.await.is_ok(), "the stream did not end");
+    }
 }

@@ -2,12 +2,13 @@
 //!
 //! Owns the route table, the options the router is built from, and the small endpoints
 //! (`/healthz`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in
-//! `planner`, ingestion in `messages`, the door (auth, Host/Origin, body size) in `guard`, and
+//! `planner`, ingestion in `messages`, the live event stream in `events`, the door (auth, Host/Origin, body size) in `guard`, and
 //! the error body in `error`. Everything but `GET /healthz` is behind the guard, including the
 //! MCP router nested at `/mcp`. Must not: reach the store, or decide permissions (the engine's
 //! facade does).
 
 mod error;
+mod events;
 mod guard;
 mod messages;
 mod planner;
@@ -21,6 +22,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 
 use mai_core::config::ServerConfig;
@@ -42,6 +44,9 @@ pub struct HttpOptions {
     /// Where `/metrics` comes from. The binary passes the same value whose
     /// [`Metrics::meter`] wrapped the engine's model, so model latency shows up.
     pub metrics: Metrics,
+    /// Cancelled when the server stops: open `/v1/events` streams end (a graceful shutdown
+    /// waits for open responses).
+    pub shutdown: CancellationToken,
 }
 
 impl HttpOptions {
@@ -51,6 +56,7 @@ impl HttpOptions {
             config,
             mcp: None,
             metrics: Metrics::new(),
+            shutdown: CancellationToken::new(),
         }
     }
 }
@@ -60,6 +66,7 @@ impl HttpOptions {
 pub(crate) struct Api {
     pub state: ServerState,
     pub metrics: Metrics,
+    pub shutdown: CancellationToken,
 }
 
 /// One route: method, path template, handler.
@@ -84,6 +91,7 @@ fn route_table() -> Vec<Route> {
             post(planner::call_tool),
         ),
         (Method::GET, "/v1/planner/board", get(planner::board)),
+        (Method::GET, "/v1/events", get(events::stream)),
     ]
 }
 
@@ -123,6 +131,7 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
     let api = Api {
         state,
         metrics: options.metrics,
+        shutdown: options.shutdown,
     };
     let mut open = Router::new();
     let mut guarded = Router::new();
