@@ -976,7 +976,7 @@ async fn live_events_follow_a_task_filter_by_task_and_end_when_the_server_stops(
     ]);
     let service = Service::start(model).await;
     service.say("user", Some("42"), "hello").await;
-    let mut options = HttpOptions::new(server_config());
+    let options = HttpOptions::new(server_config());
     let stop = options.shutdown.clone();
     let served = serve(&service, options).await;
 
