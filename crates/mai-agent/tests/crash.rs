@@ -16,6 +16,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../../../testing/sse.rs"]
+mod sse;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
+use sse::SseReader;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// splitmix64: small, seeded, good enough to pick task kinds and kill moments.
@@ -55,6 +58,8 @@ fn env_usize(name: &str, default: usize) -> usize {
 struct CrashModel {
     side_effects: String,
     calls: Arc<AtomicUsize>,
+    /// Notified (one stored permit) on every call.
+    called: Arc<tokio::sync::Notify>,
     jitter: AtomicU64,
 }
 
@@ -78,6 +83,7 @@ impl Respond for CrashModel {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let body: Value = serde_json::from_slice(&request.body).unwrap();
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.called.notify_one();
         let results = body["messages"]
             .as_array()
             .unwrap()
@@ -306,11 +312,13 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
     let data = tempfile::tempdir().unwrap();
     let side_effects = data.path().join("side_effects");
     let calls = Arc::new(AtomicUsize::new(0));
+    let called = Arc::new(tokio::sync::Notify::new());
     let model = MockServer::start().await;
     Mock::given(wiremock::matchers::method("POST"))
         .respond_with(CrashModel {
             side_effects: side_effects.display().to_string(),
             calls: calls.clone(),
+            called: called.clone(),
             jitter: AtomicU64::new(seed),
         })
         .mount(&model)
@@ -396,13 +404,16 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             }
             answered
         });
-        // Wait until this life is doing work (a model call), then kill it at a random moment
-        // while the driver keeps answering questions.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while calls.load(Ordering::SeqCst) == calls_at_start && Instant::now() < deadline {
+        // Wait until this life is doing work (a model call), answering questions as they are
+        // printed, then kill it at a random moment while the driver keeps answering questions.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while calls.load(Ordering::SeqCst) == calls_at_start {
             answer_waiting(&client, &served.base, &logs).await;
-            tokio::task::yield_now().await;
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::select! {
+                () = called.notified() => {}
+                () = served.line_added.notified() => {}
+                () = tokio::time::sleep_until(deadline) => break,
+            }
         }
         let kill_at = Instant::now() + Duration::from_millis(rng.below(500));
         while Instant::now() < kill_at {
@@ -422,9 +433,18 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         }
     }
 
-    // The last life runs everything to the end: no active task left but cron ones.
-    let base = lives.last().unwrap().base.clone();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    // The last life runs everything to the end: no active task left but cron ones. Look again
+    // whenever it reports an event or prints a line (a question to answer).
+    let last = lives.last().unwrap();
+    let base = last.base.clone();
+    let mut events = SseReader::new(
+        client
+            .get(format!("{base}/v1/events"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         answer_waiting(&client, &base, &logs).await;
         let active = get(
@@ -443,11 +463,17 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         if left.is_empty() {
             break;
         }
+        let woke = tokio::time::timeout_at(deadline, async {
+            tokio::select! {
+                event = events.next() => event.is_some(),
+                () = last.line_added.notified() => true,
+            }
+        })
+        .await;
         assert!(
-            Instant::now() < deadline,
+            matches!(woke, Ok(true)),
             "tasks never finished (seed {seed}): {left:?}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     // Every created task exists and is where it should be.
@@ -499,7 +525,8 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         }
         seen
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let printed = lives.last().unwrap().line_added.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let seen = loop {
         let seen = deliveries(&lives);
         let missing: Vec<&String> = expected.iter().filter(|t| !seen.contains_key(*t)).collect();
@@ -507,10 +534,11 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
             break seen;
         }
         assert!(
-            Instant::now() < deadline,
+            tokio::time::timeout_at(deadline, printed.notified())
+                .await
+                .is_ok(),
             "never delivered (seed {seed}): {missing:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let mut redelivered = 0;
     for text in &expected {

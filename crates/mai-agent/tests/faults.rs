@@ -14,13 +14,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../../../testing/sse.rs"]
+mod sse;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
+use sse::SseReader;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 fn completion(body: &Value, message: Value) -> ResponseTemplate {
@@ -118,9 +121,17 @@ async fn console_chat(client: &reqwest::Client, base: &str) {
 }
 
 /// Waits until no task is active (bounded: a hang fails with what is left), then returns every
-/// task's record.
+/// task's record. Looks again whenever the server reports an event (`GET /v1/events`,
+/// subscribed before the first look, so no change is missed).
 async fn wait_all_done(client: &reqwest::Client, base: &str, ids: &[String]) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut events = SseReader::new(
+        client
+            .get(format!("{base}/v1/events"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         let active: Value = client
             .get(format!(
@@ -136,8 +147,8 @@ async fn wait_all_done(client: &reqwest::Client, base: &str, ids: &[String]) -> 
         if left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "tasks hang: {left:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let event = tokio::time::timeout_at(deadline, events.next()).await;
+        assert!(matches!(event, Ok(Some(_))), "tasks hang: {left:?}");
     }
     let mut records = Vec::new();
     for id in ids {

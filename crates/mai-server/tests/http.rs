@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../../../testing/sse.rs"]
+mod sse;
 
 use common::{Served, Service, TOKEN, call, json_of, serve, server_config};
 use mai_core::config::ServerConfig;
@@ -12,6 +14,7 @@ use mai_core::task::{TaskId, TaskStatus};
 use mai_llm::ScriptedModel;
 use mai_server::HttpOptions;
 use serde_json::{Value, json};
+use sse::SseReader;
 
 async fn start(model: ScriptedModel) -> (Service, Served) {
     let service = Service::start(model).await;
@@ -916,56 +919,6 @@ async fn the_listener_sets_nodelay_on_every_connection() {
         tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
     assert!(accepted.nodelay().unwrap());
     drop(client);
-}
-
-/// Reads Server-Sent Events: `(event name, data as JSON)`, or `None` when the stream ended.
-struct SseReader {
-    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buffer: String,
-}
-
-impl SseReader {
-    fn new(response: reqwest::Response) -> Self {
-        SseReader {
-            body: Box::pin(response.bytes_stream()),
-            buffer: String::new(),
-        }
-    }
-
-    async fn next(&mut self) -> Option<(String, Value)> {
-        use futures::StreamExt;
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let mut name = None;
-                let mut data = None;
-                for line in block.lines() {
-                    if let Some(value) = line.strip_prefix("event: ") {
-                        name = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("data: ") {
-                        data = Some(serde_json::from_str(value).unwrap());
-                    }
-                }
-                // A keep-alive comment has neither.
-                if let (Some(name), Some(data)) = (name, data) {
-                    return Some((name, data));
-                }
-                continue;
-            }
-            let chunk = self.body.next().await?.unwrap();
-            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-    }
-
-    /// The next event of `task`, skipping others.
-    async fn next_of(&mut self, task: TaskId) -> (String, Value) {
-        loop {
-            let (name, data) = self.next().await.expect("the stream ended");
-            if data["task_id"] == task.to_string() {
-                return (name, data);
-            }
-        }
-    }
 }
 
 #[tokio::test]

@@ -127,6 +127,9 @@ pub struct Served {
     pub base: String,
     lines: std::sync::mpsc::Receiver<String>,
     pub log: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Notified (one stored permit) whenever a line reaches `log`: wait on it instead of
+    /// polling the log.
+    pub line_added: Arc<tokio::sync::Notify>,
 }
 
 impl Served {
@@ -142,13 +145,15 @@ impl Served {
         let mut child = command.spawn().expect("mai-agent serve starts");
         let (tx, lines) = std::sync::mpsc::channel();
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let line_added = Arc::new(tokio::sync::Notify::new());
         let stdout: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
         let stderr: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
         for pipe in [stdout, stderr] {
-            let (tx, keep) = (tx.clone(), log.clone());
+            let (tx, keep, added) = (tx.clone(), log.clone(), line_added.clone());
             std::thread::spawn(move || {
                 for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
                     keep.lock().unwrap().push(line.clone());
+                    added.notify_one();
                     let _ = tx.send(line);
                 }
             });
@@ -160,6 +165,7 @@ impl Served {
             base: String::new(),
             lines,
             log,
+            line_added,
         };
         let banner = served.wait_line("the banner", |l| l.contains("serving on http://"));
         let address = banner
