@@ -34,6 +34,8 @@ pub async fn run(settings: &Settings) -> Result<()> {
         engine: app.engine.clone(),
         host: app.host.clone(),
         planner: Arc::new(planner),
+        // Nothing shows them over stdio, but the tools count into them all the same.
+        metrics: mai_server::metrics::Metrics::new(),
     };
     let served = mai_server::mcp::serve_stdio(state).await;
     app.engine.stop().await;

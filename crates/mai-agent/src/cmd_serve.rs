@@ -66,6 +66,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         engine: engine.clone(),
         host: host.clone(),
         planner: Arc::new(planner),
+        metrics,
     };
 
     // Chat channels → the inbound pipeline.
@@ -114,7 +115,6 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         HttpOptions {
             config: config.server.clone(),
             mcp: mcp_router,
-            metrics,
             shutdown: stop.clone(),
         },
     );

@@ -53,6 +53,13 @@ struct ToolLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlannerLabels {
+    tool: String,
+    outcome: String,
+    door: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     purpose: String,
     outcome: String,
@@ -82,6 +89,7 @@ struct Inner {
     finished: Family<StateLabels, Counter>,
     rounds: Counter,
     tool_calls: Family<ToolLabels, Counter>,
+    planner_calls: Family<PlannerLabels, Counter>,
     model_latency: HistogramFamily,
     lagged: Counter,
     /// The engine's event stream, once [`Metrics::follow`] was called.
@@ -123,6 +131,13 @@ impl Metrics {
             "Agent-loop tool calls since start, by tool and outcome (ok or error)",
             tool_calls.clone(),
         );
+        let planner_calls = Family::<PlannerLabels, Counter>::default();
+        registry.register(
+            "planner_tool_calls",
+            "Planner tool calls since start, by tool, outcome (ok, failed, invalid_arguments, \
+             unknown_tool, permission_denied) and door (http or mcp)",
+            planner_calls.clone(),
+        );
         let model_latency: HistogramFamily =
             Family::new_with_constructor(latency_histogram as fn() -> Histogram);
         registry.register(
@@ -143,6 +158,7 @@ impl Metrics {
                 finished,
                 rounds,
                 tool_calls,
+                planner_calls,
                 model_latency,
                 lagged,
                 feed: Mutex::new(None),
@@ -212,6 +228,19 @@ impl Metrics {
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         Ok(())
+    }
+
+    /// Counts one planner tool call a door (`http` or `mcp`) ran; a request the door refused
+    /// before calling (no token, bad JSON, an unknown tool over HTTP) is not counted.
+    pub fn count_planner_call(&self, tool: &str, outcome: &str, door: &str) {
+        self.inner
+            .planner_calls
+            .get_or_create(&PlannerLabels {
+                tool: tool.to_owned(),
+                outcome: outcome.to_owned(),
+                door: door.to_owned(),
+            })
+            .inc();
     }
 
     fn observe(&self, event: &TaskEvent) {

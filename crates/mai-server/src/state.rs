@@ -1,10 +1,13 @@
-//! What every front door shares: the engine, the embedded host and the planner registry.
+//! What every front door shares: the engine, the embedded host, the planner registry and the
+//! metrics.
 
 use std::sync::Arc;
 
 use mai_core::tool::ToolRegistry;
 use mai_engine::engine::Engine;
 use mai_host::EmbeddedHost;
+
+use crate::metrics::Metrics;
 
 /// The running service, as the front doors see it. Cheap to clone.
 #[derive(Clone)]
@@ -13,4 +16,7 @@ pub struct ServerState {
     pub host: Arc<EmbeddedHost>,
     /// The 11 planner tools (SYSTEM.md §7), built once by `mai_engine::planner::planner_registry`.
     pub planner: Arc<ToolRegistry>,
+    /// What `/metrics` shows. Pass the value whose [`Metrics::meter`] wrapped the engine's
+    /// model, so model latency shows up; both doors count planner tool calls into it.
+    pub metrics: Metrics,
 }

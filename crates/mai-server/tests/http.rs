@@ -770,6 +770,26 @@ async fn planner_tools_run_with_the_host_context_and_keep_streams_apart() {
         .unwrap();
     assert_eq!(response.headers()["x-tool-outcome"], "invalid_arguments");
     assert_eq!(response.status(), 422);
+
+    // Every call the door ran is counted, by tool, outcome and door (the unknown name never
+    // reached the tools).
+    let metrics = served
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "mai_planner_tool_calls_total{tool=\"subagent_create\",outcome=\"ok\",door=\"http\"} 1",
+        "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"failed\",door=\"http\"} 1",
+        "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"ok\",door=\"http\"} 1",
+        "mai_planner_tool_calls_total{tool=\"subagent_create\",outcome=\"invalid_arguments\",door=\"http\"} 1",
+    ] {
+        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
+    }
+    assert!(!metrics.contains("subagent_explode"), "{metrics}");
 }
 
 #[tokio::test]

@@ -89,6 +89,7 @@ impl Served {
             engine: engine.clone(),
             host,
             planner,
+            metrics: mai_server::metrics::Metrics::new(),
         };
         let shutdown = CancellationToken::new();
         let app = make(state, shutdown.clone());
@@ -455,6 +456,23 @@ async fn behind_the_http_api_the_token_and_host_guard_apply_to_mcp() {
     );
     let ok = post(&loopback, Some("s3cret")).await.unwrap();
     assert_eq!(ok.status(), 200);
+
+    // The MCP door counts its planner tool calls into the API's metrics.
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", served.addr))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"ok\",door=\"mcp\"} 1"
+        ),
+        "{metrics}"
+    );
 }
 
 // --- the official Python MCP client -------------------------------------------------------

@@ -103,6 +103,7 @@ impl Target {
             engine: engine.clone(),
             host,
             planner,
+            metrics,
         };
         let shutdown = CancellationToken::new();
         let options = HttpOptions {
@@ -110,7 +111,6 @@ impl Target {
                 state.clone(),
                 shutdown.clone(),
             )),
-            metrics,
             ..HttpOptions::new(ServerConfig {
                 auth_token: Some(TOKEN.into()),
                 max_body_bytes: MAX_BODY_BYTES,

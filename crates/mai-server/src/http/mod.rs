@@ -27,7 +27,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use mai_core::config::ServerConfig;
 
-use crate::metrics::{self, Metrics};
+use crate::metrics;
 use crate::state::ServerState;
 use error::ApiError;
 
@@ -41,21 +41,17 @@ pub struct HttpOptions {
     pub config: ServerConfig,
     /// The MCP server's router, nested at `/mcp` behind the same guard; `None` serves no MCP.
     pub mcp: Option<Router>,
-    /// Where `/metrics` comes from. The binary passes the same value whose
-    /// [`Metrics::meter`] wrapped the engine's model, so model latency shows up.
-    pub metrics: Metrics,
     /// Cancelled when the server stops: open `/v1/events` streams end (a graceful shutdown
     /// waits for open responses).
     pub shutdown: CancellationToken,
 }
 
 impl HttpOptions {
-    /// Options from `[server]`, with no MCP router and fresh metrics.
+    /// Options from `[server]`, with no MCP router.
     pub fn new(config: ServerConfig) -> Self {
         HttpOptions {
             config,
             mcp: None,
-            metrics: Metrics::new(),
             shutdown: CancellationToken::new(),
         }
     }
@@ -65,7 +61,6 @@ impl HttpOptions {
 #[derive(Clone)]
 pub(crate) struct Api {
     pub state: ServerState,
-    pub metrics: Metrics,
     pub shutdown: CancellationToken,
 }
 
@@ -123,14 +118,13 @@ pub fn routes() -> Vec<(Method, &'static str)> {
 /// that know neither the token nor our host name, and reveal nothing.
 const UNGUARDED: [&str; 1] = ["/healthz"];
 
-/// The HTTP API router. Starts counting engine events into `options.metrics`.
+/// The HTTP API router. Starts counting engine events into `state.metrics`.
 pub fn router(state: ServerState, options: HttpOptions) -> Router {
-    options.metrics.follow(&state.engine);
+    state.metrics.follow(&state.engine);
     let max_body = options.config.max_body_bytes;
     let guard = Arc::new(guard::Guard::new(&options.config));
     let api = Api {
         state,
-        metrics: options.metrics,
         shutdown: options.shutdown,
     };
     let mut open = Router::new();
@@ -167,7 +161,7 @@ async fn healthz() -> impl IntoResponse {
 }
 
 async fn metrics_text(State(api): State<Api>) -> Result<Response, ApiError> {
-    let text = api.metrics.render(&api.state.engine).await?;
+    let text = api.state.metrics.render(&api.state.engine).await?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],

@@ -97,6 +97,9 @@ pub(crate) async fn call_tool(
     };
     let arguments = with_context(tool.parameters(), body.arguments, body.context)?;
     let outcome = call_planner_tool(&api.state.engine, &api.state.planner, &name, arguments).await;
+    api.state
+        .metrics
+        .count_planner_call(&name, outcome.kind.as_str(), "http");
     let status = match outcome.kind {
         OutcomeKind::Ok | OutcomeKind::Failed => StatusCode::OK,
         OutcomeKind::InvalidArguments => StatusCode::UNPROCESSABLE_ENTITY,

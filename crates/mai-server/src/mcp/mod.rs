@@ -154,6 +154,9 @@ impl ServerHandler for PlannerMcpServer {
         )
         .instrument(span)
         .await;
+        self.state
+            .metrics
+            .count_planner_call(name, outcome.kind.as_str(), "mcp");
         if !outcome.is_ok() {
             tracing::debug!(
                 tool = name,

@@ -201,6 +201,7 @@ impl Service {
                 engine,
                 host,
                 planner,
+                metrics: metrics.clone(),
             },
             model,
             metrics,
@@ -288,8 +289,7 @@ pub fn server_config() -> ServerConfig {
     }
 }
 
-pub async fn serve(service: &Service, mut options: HttpOptions) -> Served {
-    options.metrics = service.metrics.clone();
+pub async fn serve(service: &Service, options: HttpOptions) -> Served {
     let token = options.config.auth_token.clone();
     let router = mai_server::router(service.state.clone(), options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
