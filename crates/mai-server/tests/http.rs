@@ -132,6 +132,117 @@ async fn rebinding_hosts_and_foreign_origins_are_refused() {
     assert_eq!(response.status(), 200);
 }
 
+/// A web page on an allowed origin (a dashboard) can call the API: its preflight is answered
+/// without the token, and every answer — errors too — names the origin so the page may read it.
+#[tokio::test]
+async fn browsers_on_allowed_origins_pass_cors_and_others_do_not() {
+    let service = Service::start(ScriptedModel::default()).await;
+    let mut config = server_config();
+    config.allowed_origins = vec!["https://dash.example.org".into()];
+    let mut options = HttpOptions::new(config);
+    options.mcp = Some(axum::Router::new().fallback(|| async { "mcp here" }));
+    let served = serve(&service, options).await;
+    let anonymous = reqwest::Client::new();
+    let preflight = |origin: &str, path: &str| {
+        anonymous
+            .request(reqwest::Method::OPTIONS, served.url(path))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
+            .send()
+    };
+    for path in [
+        "/v1/tasks",
+        "/v1/planner/tools/subagent_list",
+        "/mcp",
+        "/v1/events",
+    ] {
+        let response = preflight("https://dash.example.org", path).await.unwrap();
+        assert_eq!(response.status(), 204, "{path}");
+        let headers = response.headers();
+        assert_eq!(
+            headers["access-control-allow-origin"],
+            "https://dash.example.org"
+        );
+        assert!(
+            headers["access-control-allow-methods"]
+                .to_str()
+                .unwrap()
+                .contains("POST")
+        );
+        let allowed = headers["access-control-allow-headers"].to_str().unwrap();
+        assert!(allowed.contains("authorization") && allowed.contains("content-type"));
+        assert_eq!(headers["vary"], "origin");
+    }
+    // A loopback page (a dashboard served locally) is allowed by default.
+    let response = preflight("http://localhost:3000", "/v1/tasks")
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    // Any other origin: refused, and nothing says it may read the answer.
+    let response = preflight("https://evil.example", "/v1/tasks")
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(
+        !response
+            .headers()
+            .contains_key("access-control-allow-origin")
+    );
+    // Without the preflight headers an OPTIONS is an ordinary request: the token is needed.
+    let response = anonymous
+        .request(reqwest::Method::OPTIONS, served.url("/v1/tasks"))
+        .header("origin", "https://dash.example.org")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+
+    // The real request: answered with the origin, the headers the page may read exposed.
+    let response = served
+        .post("/v1/planner/tools/subagent_list")
+        .header("origin", "https://dash.example.org")
+        .json(&json!({"arguments": {"stream_id": "A"}, "context": {"chat_id": "A"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = response.headers();
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://dash.example.org"
+    );
+    assert!(
+        headers["access-control-expose-headers"]
+            .to_str()
+            .unwrap()
+            .contains("x-tool-outcome")
+    );
+    // A refusal is readable too (the page can show "wrong token").
+    let response = anonymous
+        .get(served.url("/v1/tasks"))
+        .header("origin", "https://dash.example.org")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "https://dash.example.org"
+    );
+    // No Origin (not a browser): no CORS headers at all.
+    let response = served.get("/v1/tasks").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        !response
+            .headers()
+            .contains_key("access-control-allow-origin")
+    );
+}
+
 #[tokio::test]
 async fn allowed_hosts_and_origins_from_the_config_are_let_in() {
     let service = Service::start(ScriptedModel::default()).await;

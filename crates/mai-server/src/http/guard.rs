@@ -8,6 +8,12 @@
 //! match it (compared in constant time); a declared body larger than `max_body_bytes` is
 //! refused before it is read. Must not: look at what the request asks for — that is the
 //! endpoints' business.
+//!
+//! CORS, for web pages on an allowed origin (a dashboard): a preflight (`OPTIONS` with `Origin`
+//! and `Access-Control-Request-Method`) that passed the Host and Origin checks is answered here
+//! with 204 and what may be sent — browsers send no `Authorization` on a preflight, and the
+//! answer reveals nothing. Every answer to a request from an allowed origin names that origin in
+//! `Access-Control-Allow-Origin`, so the page can read it (errors included).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -19,6 +25,14 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+
+/// A request the guard let through.
+enum Pass {
+    /// On to the endpoint.
+    Request,
+    /// A CORS preflight from an allowed origin: answered by the guard.
+    Preflight,
+}
 
 /// What the guard checks against; built once from `[server]`.
 #[derive(Debug, Clone)]
@@ -60,7 +74,7 @@ impl Guard {
         }
     }
 
-    fn check(&self, request: &Request) -> Result<(), ApiError> {
+    fn check(&self, request: &Request) -> Result<Pass, ApiError> {
         let host = request
             .headers()
             .get(header::HOST)
@@ -77,7 +91,8 @@ impl Guard {
                 ),
             ));
         }
-        if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = request.headers().get(header::ORIGIN);
+        if let Some(origin) = origin {
             let origin = origin.to_str().unwrap_or("(not text)");
             if !self.origin_allowed(origin) {
                 return Err(ApiError::new(
@@ -88,6 +103,9 @@ impl Guard {
                     ),
                 ));
             }
+        }
+        if origin.is_some() && is_preflight(request) {
+            return Ok(Pass::Preflight);
         }
         if let Some(token) = &self.token {
             let given = request
@@ -119,7 +137,16 @@ impl Guard {
         {
             return Err(too_large(self.max_body_bytes));
         }
-        Ok(())
+        Ok(Pass::Request)
+    }
+
+    /// The request's `Origin` when a browser sent one this API allows.
+    fn allowed_origin(&self, request: &Request) -> Option<HeaderValue> {
+        request
+            .headers()
+            .get(header::ORIGIN)
+            .filter(|origin| origin.to_str().is_ok_and(|o| self.origin_allowed(o)))
+            .cloned()
     }
 
     fn host_allowed(&self, host: &str) -> bool {
@@ -215,16 +242,52 @@ fn normalize_origin(origin: &str) -> String {
     origin.trim().trim_end_matches('/').to_ascii_lowercase()
 }
 
+/// A CORS preflight: what a browser asks before a request it may not send unasked.
+fn is_preflight(request: &Request) -> bool {
+    request.method() == axum::http::Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+/// The answer to a preflight from an allowed origin: what the API accepts, cached 10 minutes.
+fn preflight_answer() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, DELETE"),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "authorization, content-type, accept, last-event-id, mcp-session-id, \
+                 mcp-protocol-version",
+            ),
+            (header::ACCESS_CONTROL_MAX_AGE, "600"),
+        ],
+    )
+        .into_response()
+}
+
 /// The middleware.
 pub(crate) async fn guard(
     State(guard): State<Arc<Guard>>,
     request: Request,
     next: Next,
 ) -> Response {
+    let origin = guard.allowed_origin(&request);
     let mut response = match guard.check(&request) {
-        Ok(()) => next.run(request).await,
+        Ok(Pass::Request) => next.run(request).await,
+        Ok(Pass::Preflight) => preflight_answer(),
         Err(refusal) => refusal.into_response(),
     };
+    if let Some(origin) = origin {
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("x-tool-outcome, mcp-session-id"),
+        );
+        headers.append(header::VARY, HeaderValue::from_static("origin"));
+    }
     // A 413 leaves (part of) the body unread on the connection, so it cannot carry another
     // request. Say so: without `Connection: close` a keep-alive client puts the connection
     // back in its pool and its next request there fails with "connection closed before
