@@ -58,11 +58,18 @@ pub async fn build_metered(
     let store = SqliteStore::open(&path)
         .await
         .with_context(|| format!("cannot open the task database {}", path.display()))?;
-    // One file, one pool: the host's tables live next to the tasks.
+    // One file: the host's tables live next to the tasks, read through the same pool and
+    // written through the store's writer, in one queue with the store's writes.
+    let (writer, write_gate) = store.shared_writer();
     let host = Arc::new(
-        EmbeddedHost::with_pool(store.pool().clone(), EmbeddedConfig::default())
-            .await
-            .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
+        EmbeddedHost::with_shared_writer(
+            store.pool().clone(),
+            writer,
+            write_gate,
+            EmbeddedConfig::default(),
+        )
+        .await
+        .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
     );
     crate::console::connect(&host);
     let config = Arc::new(LiveConfig::new(settings.config.clone())?);

@@ -58,9 +58,13 @@ impl Default for EmbeddedConfig {
 /// The embedded host over SQLite. Cheap to share behind an `Arc`; safe to call concurrently.
 pub struct EmbeddedHost {
     pool: SqlitePool,
-    /// Serializes this process's host writes, which then take SQLite's write lock with
-    /// `BEGIN IMMEDIATE` (other pools and processes on the file wait in `busy_timeout`).
-    write_gate: Mutex<()>,
+    /// Where writes go: `pool`, or the writer connection of the task store sharing the file.
+    writer: SqlitePool,
+    /// Serializes this process's writes to the file, which then take SQLite's write lock with
+    /// `BEGIN IMMEDIATE`. Shared with the task store when the file is shared
+    /// ([`EmbeddedHost::with_shared_writer`]): other writers then wait their turn in order here
+    /// instead of in SQLite's busy handler, which sleeps 1–100 ms between tries.
+    write_gate: Arc<Mutex<()>>,
     config: EmbeddedConfig,
     clock: Arc<dyn Clock>,
     channels: Channels,
@@ -107,6 +111,19 @@ impl EmbeddedHost {
     /// in-memory database needs a pool of exactly one connection that is never recycled) and
     /// creates or migrates the host tables in it.
     pub async fn with_pool(pool: SqlitePool, config: EmbeddedConfig) -> Result<Self, OpenError> {
+        let writer = pool.clone();
+        Self::with_shared_writer(pool, writer, Arc::default(), config).await
+    }
+
+    /// [`EmbeddedHost::with_pool`] for a file another component writes too (the task store):
+    /// reads use `pool`; writes use `writer` and take `write_gate` first — pass the other
+    /// component's, so both write in one orderly queue.
+    pub async fn with_shared_writer(
+        pool: SqlitePool,
+        writer: SqlitePool,
+        write_gate: Arc<Mutex<()>>,
+        config: EmbeddedConfig,
+    ) -> Result<Self, OpenError> {
         schema::migrate(&pool).await?;
         tracing::debug!(
             schema_version = schema::latest_version(),
@@ -114,7 +131,8 @@ impl EmbeddedHost {
         );
         Ok(EmbeddedHost {
             pool,
-            write_gate: Mutex::new(()),
+            writer,
+            write_gate,
             config,
             clock: Arc::new(SystemClock),
             channels: Channels::default(),
@@ -221,7 +239,7 @@ impl EmbeddedHost {
     async fn begin_write(&self, action: &'static str) -> Result<WriteTurn<'_>, HostError> {
         let turn = self.write_gate.lock().await;
         let tx = self
-            .pool
+            .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db(action))?;

@@ -236,3 +236,80 @@ async fn the_host_shares_the_task_database_file() {
         "hello"
     );
 }
+
+/// As `serve` has it: the host writes through the task store's writer and waits in the same
+/// queue. Messages and task writes interleaving on one file all land, none waits for SQLite's
+/// busy handler to give up, and nothing deadlocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_and_the_task_store_write_one_file_through_one_queue() {
+    use mai_core::store::TaskStore;
+    use mai_core::task::{NewTask, TaskLevel, TaskRecord, TaskStatus, Trigger};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        mai_store::SqliteStore::open(dir.path().join("mai-agent.db"))
+            .await
+            .unwrap(),
+    );
+    let (writer, gate) = store.shared_writer();
+    let host = Arc::new(
+        EmbeddedHost::with_shared_writer(
+            store.pool().clone(),
+            writer,
+            gate,
+            EmbeddedConfig::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let mut writes = Vec::new();
+    for i in 0..40_i64 {
+        let host = host.clone();
+        writes.push(tokio::spawn(async move {
+            let when = at(2024, 5, 1, 9, 0) + chrono::Duration::seconds(i);
+            host.ingest_message(&group_msg("7", "1", "A", &format!("message {i}"), when))
+                .await
+                .unwrap();
+        }));
+        let store = store.clone();
+        writes.push(tokio::spawn(async move {
+            let task = TaskRecord::new(
+                NewTask {
+                    title: format!("task {i}"),
+                    intent: "i".into(),
+                    level: TaskLevel::Agent,
+                    owner: "qq:1".parse().unwrap(),
+                    stream_id: StreamId::new("qq:group:7").unwrap(),
+                    platform: "qq".into(),
+                    reply_stream_id: None,
+                    trigger: Trigger::Now,
+                    priority: 0,
+                    max_runtime_min: 0,
+                },
+                TaskStatus::Pending,
+                "qq:1",
+                chrono::Utc::now(),
+            );
+            store.insert(&task).await.unwrap();
+        }));
+    }
+    let all = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        for write in writes {
+            write.await.unwrap();
+        }
+    });
+    assert!(all.await.is_ok(), "the writers deadlocked");
+    assert_eq!(
+        host.recent_messages(&sid("qq:group:7"), 100)
+            .await
+            .unwrap()
+            .len(),
+        40
+    );
+    let tasks = store
+        .list(&mai_core::store::TaskFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(tasks.len(), 40);
+}

@@ -2,6 +2,7 @@
 //! [`TaskStore`] implementation, which delegates to `read` and `write`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -59,7 +60,7 @@ pub struct SqliteStore {
     /// Serializes this process's write transactions. SQLite admits one writer at a time anyway;
     /// queueing here hands the lock over in order instead of leaving waiters in SQLite's
     /// sleep-and-retry busy handler. Other processes are still covered by `busy_timeout`.
-    pub(crate) write_gate: Mutex<()>,
+    pub(crate) write_gate: Arc<Mutex<()>>,
     /// One-trip writes waiting for the next group commit.
     pub(crate) write_queue: crate::group_commit::WriteQueue,
 }
@@ -143,7 +144,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             writer,
-            write_gate: Mutex::new(()),
+            write_gate: Arc::default(),
             write_queue: crate::group_commit::WriteQueue::default(),
         })
     }
@@ -190,6 +191,13 @@ impl SqliteStore {
     /// database file has one pool.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// The connection this store writes through and the turn its writes take, for another
+    /// component writing the same file (the embedded host): writing through them, it queues
+    /// behind this store's writes in order instead of sleeping in SQLite's busy handler.
+    pub fn shared_writer(&self) -> (SqlitePool, Arc<Mutex<()>>) {
+        (self.writer.clone(), self.write_gate.clone())
     }
 
     /// Waits for running statements and closes every connection (checkpointing the WAL).

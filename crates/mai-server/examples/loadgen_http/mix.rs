@@ -77,11 +77,19 @@ impl Target {
     pub async fn start() -> Result<Target, BoxError> {
         let dir = tempfile::tempdir()?;
         let metrics = Metrics::new();
+        // One database file for tasks and chat tables, as `mai-agent serve` has it.
+        let store = SqliteStore::open(dir.path().join("mai-agent.db")).await?;
+        let (writer, write_gate) = store.shared_writer();
         let host = Arc::new(
-            EmbeddedHost::open(dir.path().join("host.db"), EmbeddedConfig::default()).await?,
+            EmbeddedHost::with_shared_writer(
+                store.pool().clone(),
+                writer,
+                write_gate,
+                EmbeddedConfig::default(),
+            )
+            .await?,
         );
         host.register_channel("qq", Arc::new(AcceptingChannel));
-        let store = SqliteStore::open(dir.path().join("tasks.db")).await?;
         let mut config = Config::default();
         config.polish.enabled = false;
         config.permission.users = vec!["qq:user".into()];
