@@ -437,27 +437,13 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
     // whenever it reports an event or prints a line (a question to answer).
     let last = lives.last().unwrap();
     let base = last.base.clone();
-    let mut events = SseReader::new(
-        client
-            .get(format!("{base}/v1/events"))
-            .send()
-            .await
-            .unwrap(),
-    );
+    let mut events = SseReader::new(events(&client, &base).await);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         answer_waiting(&client, &base, &logs).await;
-        let active = get(
-            &client,
-            format!(
-                "{base}/v1/tasks?status=scheduled,pending,running,waiting_input,paused&limit=500"
-            ),
-        )
-        .await;
-        let left: Vec<&Value> = active["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
+        let left: Vec<Value> = active_tasks(&client, &base)
+            .await
+            .into_iter()
             .filter(|t| t["trigger"]["kind"] != "cron")
             .collect();
         if left.is_empty() {

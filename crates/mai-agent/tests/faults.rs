@@ -124,26 +124,10 @@ async fn console_chat(client: &reqwest::Client, base: &str) {
 /// task's record. Looks again whenever the server reports an event (`GET /v1/events`,
 /// subscribed before the first look, so no change is missed).
 async fn wait_all_done(client: &reqwest::Client, base: &str, ids: &[String]) -> Vec<Value> {
-    let mut events = SseReader::new(
-        client
-            .get(format!("{base}/v1/events"))
-            .send()
-            .await
-            .unwrap(),
-    );
+    let mut events = SseReader::new(events(client, base).await);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let active: Value = client
-            .get(format!(
-                "{base}/v1/tasks?status=scheduled,pending,running,waiting_input,paused&limit=500"
-            ))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let left = active["tasks"].as_array().unwrap();
+        let left = active_tasks(client, base).await;
         if left.is_empty() {
             break;
         }

@@ -147,6 +147,31 @@ impl Unit {
     }
 }
 
+/// A compare-and-set save over the rows `[write id, id, updated_at, record, expected status,
+/// title, owner, stream_id, level, created_at, new status, waiting question, log tail seq, at,
+/// status, actor, reason]`, setting `$status` first: only the status and unindexed columns
+/// change, every other indexed column must already hold the record's value.
+macro_rules! save_step {
+    ($status:literal) => {
+        concat!(
+            "UPDATE tasks SET ",
+            $status,
+            "updated_at = u.value ->> 2, record = u.value ->> 3, write_id = u.value ->> 0 \
+FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
+AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
+AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
+AND tasks.created_at = u.value ->> 9 \
+AND (u.value ->> 11 IS NULL \
+     OR json_extract(tasks.record, '$.metadata.waiting.call_id') = u.value ->> 11) \
+AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+    AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
+    AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
+AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
+    AND l.seq > u.value ->> 12)"
+        )
+    };
+}
+
 /// The batch program's steps, one per parameter of [`Batch`] and in its order. A unit's write
 /// id `w` is in its head's row and every dependent row; "the row holds `w`" is checked by
 /// primary key, so the checks cost a lookup each. A batch runs the steps whose rows it has,
@@ -159,30 +184,8 @@ const STEPS: [&str; 7] = [
 record) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
 value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM json_each(?) WHERE true \
 ON CONFLICT DO NOTHING",
-    "UPDATE tasks SET status = u.value ->> 10, updated_at = u.value ->> 2, record = u.value ->> 3, \
-write_id = u.value ->> 0 FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
-AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
-AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
-AND tasks.created_at = u.value ->> 9 \
-AND (u.value ->> 11 IS NULL \
-     OR json_extract(tasks.record, '$.metadata.waiting.call_id') = u.value ->> 11) \
-AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-    AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
-    AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
-AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-    AND l.seq > u.value ->> 12)",
-    "UPDATE tasks SET updated_at = u.value ->> 2, record = u.value ->> 3, write_id = u.value ->> 0 \
-FROM json_each(?) AS u WHERE tasks.id = u.value ->> 1 \
-AND tasks.status = u.value ->> 4 AND tasks.title = u.value ->> 5 AND tasks.owner = u.value ->> 6 \
-AND tasks.stream_id = u.value ->> 7 AND tasks.level = u.value ->> 8 \
-AND tasks.created_at = u.value ->> 9 \
-AND (u.value ->> 11 IS NULL \
-     OR json_extract(tasks.record, '$.metadata.waiting.call_id') = u.value ->> 11) \
-AND EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-    AND l.seq = u.value ->> 12 AND l.at = u.value ->> 13 AND l.status = u.value ->> 14 \
-    AND l.actor = u.value ->> 15 AND l.reason = u.value ->> 16) \
-AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
-    AND l.seq > u.value ->> 12)",
+    save_step!("status = u.value ->> 10, "),
+    save_step!(""),
     "INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
 record) SELECT d.value ->> 0, d.value ->> 1, d.value ->> 2, d.value ->> 3, d.value ->> 4, \
 d.value ->> 5, d.value ->> 6, d.value ->> 7, d.value ->> 8, d.value ->> 9 FROM json_each(?) AS d \

@@ -207,3 +207,27 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The tasks of the served instance at `base` that are not finished yet.
+pub async fn active_tasks(client: &reqwest::Client, base: &str) -> Vec<serde_json::Value> {
+    let url =
+        format!("{base}/v1/tasks?status=scheduled,pending,running,waiting_input,paused&limit=500");
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{url}");
+    let mut list: serde_json::Value = response.json().await.unwrap();
+    match list["tasks"].take() {
+        serde_json::Value::Array(tasks) => tasks,
+        other => panic!("{url}: no task list in {other}"),
+    }
+}
+
+/// The live event stream (`GET /v1/events`) of the served instance at `base`.
+pub async fn events(client: &reqwest::Client, base: &str) -> reqwest::Response {
+    let response = client
+        .get(format!("{base}/v1/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response
+}
