@@ -108,11 +108,15 @@ pub(crate) async fn note_account(
     at_ms: i64,
 ) -> Result<i64, HostError> {
     const ACTION: &str = "record a message sender";
+    // A known account is found and refreshed in one statement (one round trip).
     let known: Option<(i64, String)> = sqlx::query_as(
-        "SELECT a.person_id, p.name FROM host_accounts a \
-         JOIN host_persons p ON p.person_id = a.person_id \
-         WHERE a.platform = ? AND a.user_id = ?",
+        "UPDATE host_accounts SET display_name = ?, last_seen = MAX(last_seen, ?) \
+         WHERE platform = ? AND user_id = ? \
+         RETURNING person_id, \
+         (SELECT p.name FROM host_persons p WHERE p.person_id = host_accounts.person_id)",
     )
+    .bind(display_name)
+    .bind(at_ms)
     .bind(platform)
     .bind(user_id)
     .fetch_optional(&mut *conn)
@@ -134,17 +138,6 @@ pub(crate) async fn note_account(
         .map_err(db(ACTION))?;
         return Ok(person_id);
     };
-    sqlx::query(
-        "UPDATE host_accounts SET display_name = ?, last_seen = MAX(last_seen, ?) \
-         WHERE platform = ? AND user_id = ?",
-    )
-    .bind(display_name)
-    .bind(at_ms)
-    .bind(platform)
-    .bind(user_id)
-    .execute(&mut *conn)
-    .await
-    .map_err(db(ACTION))?;
     if display_name != name {
         insert_alias(conn, person_id, display_name).await?;
     }

@@ -101,40 +101,30 @@ pub(crate) async fn ensure_stream(
     const ACTION: &str = "find or create a stream";
     let derived = stream_id_for(platform, target).map_err(|error| HostError::new(ACTION, error))?;
     let (kind, target_id) = kind_and_target(target);
-    let mut existing: Option<String> = None;
-    if let Some(wanted) = wanted {
-        existing = sqlx::query_scalar("SELECT stream_id FROM host_streams WHERE stream_id = ?")
-            .bind(wanted.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(db(ACTION))?;
-    }
-    if existing.is_none() {
-        existing = sqlx::query_scalar(
-            "SELECT stream_id FROM host_streams \
-             WHERE platform = ? AND kind = ? AND target_id = ?",
-        )
-        .bind(platform)
-        .bind(kind)
-        .bind(target_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
-    }
+    // The stream asked for, else the one of this target: found and refreshed in one statement
+    // (each statement is a round trip to the connection's thread, taken while holding the
+    // write turn).
+    let existing: Option<String> = sqlx::query_scalar(
+        "UPDATE host_streams SET \
+         name = CASE kind WHEN 'group' THEN COALESCE(?, name) ELSE COALESCE(?, name) END, \
+         last_active = MAX(last_active, ?) \
+         WHERE stream_id = COALESCE( \
+             (SELECT stream_id FROM host_streams WHERE stream_id = ?), \
+             (SELECT stream_id FROM host_streams \
+              WHERE platform = ? AND kind = ? AND target_id = ?)) \
+         RETURNING stream_id",
+    )
+    .bind(names.group)
+    .bind(names.private)
+    .bind(at_ms)
+    .bind(wanted.map(StreamId::as_str))
+    .bind(platform)
+    .bind(kind)
+    .bind(target_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(db(ACTION))?;
     if let Some(id) = existing {
-        sqlx::query(
-            "UPDATE host_streams SET \
-             name = CASE kind WHEN 'group' THEN COALESCE(?, name) ELSE COALESCE(?, name) END, \
-             last_active = MAX(last_active, ?) \
-             WHERE stream_id = ?",
-        )
-        .bind(names.group)
-        .bind(names.private)
-        .bind(at_ms)
-        .bind(&id)
-        .execute(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
         return StreamId::new(id).map_err(|error| corrupt(ACTION, error));
     }
     let id = wanted.cloned().unwrap_or(derived);
