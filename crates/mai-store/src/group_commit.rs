@@ -162,7 +162,7 @@ async fn run_batch(pool: SqlitePool, batch: Vec<Queued>, doing: &'static str) {
 
 /// One transaction over `units`: the numbers (positions) of the units that wrote.
 async fn execute(pool: &SqlitePool, units: &[&Unit]) -> Result<Vec<i64>, sqlx::Error> {
-    let (sql, params) = match units {
+    let (mut sql, params) = match units {
         // Alone, a unit's own statements (one cached program per shape) are the fastest.
         [unit] => {
             let mut sql = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
@@ -176,11 +176,11 @@ async fn execute(pool: &SqlitePool, units: &[&Unit]) -> Result<Vec<i64>, sqlx::E
             (QueryBuilder::new(sql), Some(params))
         }
     };
-    let mut sql = sql;
     let mut batch = Batch(Some(pool.acquire().await?));
     let Some(connection) = batch.0.as_mut() else {
         return Ok(Vec::new());
     };
+    // Every program here is one of a few shapes: prepared once per connection, then cached.
     let mut query = sql.build_query_scalar::<i64>();
     for param in params.into_iter().flatten() {
         query = query.bind(param);
