@@ -178,7 +178,20 @@ impl Engine {
                 // cancel wins (nothing is written and no reply goes out).
                 task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
                 task.metadata.history_len += history.len() as u64;
-                let reply = self.reply_task(&task, &text, false);
+                let mut reply = self.reply_task(&task, &text, false);
+                // The reply runs in the slot its parent frees, claimed in the write that
+                // creates it: it outranks its parent's peers anyway (priority + 1), and so an
+                // answer costs a read, a write and a dispatch less. Its control is registered
+                // before the stop check, as a claim's is, so a stop either finds it or is seen.
+                let control = RunControl::starting_at(now);
+                lock(&self.running).insert(reply.id, control.clone());
+                let inline = !self.shutdown.is_cancelled();
+                if inline {
+                    reply.transition(TaskStatus::Running, ACTOR, "dispatched", now)?;
+                    self.fix_parts_unpolished(&mut reply);
+                } else {
+                    lock(&self.running).remove(&reply.id);
+                }
                 let outcome = self
                     .store
                     .write(&[
@@ -192,6 +205,7 @@ impl Engine {
                     ])
                     .await?;
                 if let SaveOutcome::Conflict { actual } = outcome {
+                    lock(&self.running).remove(&reply.id);
                     tracing::debug!(task = %task.id, %actual, "changed before it could complete");
                     return Ok(());
                 }
@@ -204,8 +218,22 @@ impl Engine {
                     status: TaskStatus::Completed,
                     reason: "answered".to_owned(),
                 });
-                self.reply_created(&task, &reply, &text).await;
-                Ok(())
+                if !inline {
+                    self.reply_created(&task, &reply, &text).await;
+                    return Ok(());
+                }
+                self.reply_announced(&task, &reply, &text, false).await;
+                self.emit(TaskEvent::Status {
+                    task_id: reply.id,
+                    status: TaskStatus::Running,
+                    reason: "dispatched".to_owned(),
+                });
+                let reply_id = reply.id;
+                let end = self.run_with_deadline(&mut reply, &control).await;
+                control.add_runtime(&mut reply, self.now());
+                let finished = Box::pin(self.finish_run(reply, end, control.reason())).await;
+                lock(&self.running).remove(&reply_id);
+                finished
             }
             RunEnd::Delivered => self.complete(task, "delivered").await.map(drop),
             RunEnd::Failed(error) => self.fail(task, &error).await,
@@ -343,11 +371,25 @@ impl Engine {
 
     /// A reply task was written: announce it, queue it, and leave the cross-stream note.
     async fn reply_created(&self, task: &TaskRecord, reply: &TaskRecord, text: &str) {
+        self.reply_announced(task, reply, text, true).await;
+    }
+
+    /// A reply task was written: announce it, queue it when `queue` (not when it runs in its
+    /// parent's slot), and leave the cross-stream note.
+    async fn reply_announced(
+        &self,
+        task: &TaskRecord,
+        reply: &TaskRecord,
+        text: &str,
+        queue: bool,
+    ) {
         self.emit(TaskEvent::Created {
             task_id: reply.id,
             title: reply.title.clone(),
         });
-        self.enqueue(reply);
+        if queue {
+            self.enqueue(reply);
+        }
         if task.reply_stream_id.is_some() && task.reply_stream_id.as_ref() != Some(&task.stream_id)
         {
             self.note_cross_stream(task, text).await;
