@@ -96,7 +96,16 @@ impl Engine {
             return Ok(());
         }
 
-        let end = self.run_with_deadline(&mut task, &control).await;
+        self.run_claimed_task(task, &control).await
+    }
+
+    /// Runs a claimed task's work and persists how it ended (its running time included).
+    async fn run_claimed_task(
+        &self,
+        mut task: TaskRecord,
+        control: &RunControl,
+    ) -> Result<(), EngineError> {
+        let end = self.run_with_deadline(&mut task, control).await;
         control.add_runtime(&mut task, self.now());
         self.finish_run(task, end, control.reason()).await
     }
@@ -219,7 +228,7 @@ impl Engine {
                     reason: "answered".to_owned(),
                 });
                 if !inline {
-                    self.reply_created(&task, &reply, &text).await;
+                    self.reply_announced(&task, &reply, &text, true).await;
                     return Ok(());
                 }
                 self.reply_announced(&task, &reply, &text, false).await;
@@ -229,9 +238,7 @@ impl Engine {
                     reason: "dispatched".to_owned(),
                 });
                 let reply_id = reply.id;
-                let end = self.run_with_deadline(&mut reply, &control).await;
-                control.add_runtime(&mut reply, self.now());
-                let finished = Box::pin(self.finish_run(reply, end, control.reason())).await;
+                let finished = Box::pin(self.run_claimed_task(reply, &control)).await;
                 lock(&self.running).remove(&reply_id);
                 finished
             }
@@ -299,7 +306,7 @@ impl Engine {
                     reason: change.reason.clone(),
                 });
             }
-            self.reply_created(&task, &reply, &notice).await;
+            self.reply_announced(&task, &reply, &notice, true).await;
         }
         Ok(())
     }
@@ -369,11 +376,6 @@ impl Engine {
         reply
     }
 
-    /// A reply task was written: announce it, queue it, and leave the cross-stream note.
-    async fn reply_created(&self, task: &TaskRecord, reply: &TaskRecord, text: &str) {
-        self.reply_announced(task, reply, text, true).await;
-    }
-
     /// A reply task was written: announce it, queue it when `queue` (not when it runs in its
     /// parent's slot), and leave the cross-stream note.
     async fn reply_announced(
@@ -407,7 +409,7 @@ impl Engine {
         let reply = self.reply_task(task, text, raw);
         match self.store.insert(&reply).await {
             Ok(()) => {
-                self.reply_created(task, &reply, text).await;
+                self.reply_announced(task, &reply, text, true).await;
                 Ok(())
             }
             Err(StoreError::Duplicate(_)) => Ok(()),
