@@ -237,9 +237,20 @@ pub struct TaskMetadata {
     pub cron_runs: u32,
     /// Seconds spent running so far (paused and waiting time excluded).
     pub runtime_secs: u64,
-    /// The person a planner-created task was made for (the host's `user_id`): their reply in
-    /// the task's stream answers its questions, as the owner's would for a person's task.
+    /// The person the task acts for: the creator of a person's task, the speaker of a planner
+    /// task (the host's `user_id`), inherited by sub-tasks and reply tasks. The task runs with
+    /// the requester's role in its stream; only their reply in that stream answers its
+    /// questions. `None` only for a planner task made without a speaker (it runs at
+    /// `[planner] default_role`).
     pub requester: Option<PersonId>,
+    /// How deep in a chain of sub-tasks this task is: 0 for a task a person or the planner
+    /// created, its parent's depth + 1 for a `create_subtask` child.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// The persisted unit of work.
@@ -283,18 +294,22 @@ pub struct NewTask {
 }
 
 impl TaskRecord {
-    /// Whose reply in the task's stream answers its question: the requester of a planner task
-    /// when the host named one, else the owner.
-    pub fn answerer(&self) -> Owner {
-        match (&self.owner, &self.metadata.requester) {
-            (Owner::Planner(_), Some(person)) => Owner::Person(person.clone()),
-            _ => self.owner.clone(),
+    /// The person the task acts for (see [`TaskMetadata::requester`]). A person's task recorded
+    /// before requesters existed acts for its owner.
+    pub fn requester(&self) -> Option<&PersonId> {
+        match (&self.metadata.requester, &self.owner) {
+            (Some(person), _) | (None, Owner::Person(person)) => Some(person),
+            (None, Owner::Planner(_)) => None,
         }
     }
 
     /// A new task in `initial` status (`pending` for `now`, `scheduled` otherwise), its creation
     /// logged with `actor`.
     pub fn new(spec: NewTask, initial: TaskStatus, actor: &str, now: DateTime<Utc>) -> Self {
+        let requester = match &spec.owner {
+            Owner::Person(person) => Some(person.clone()),
+            Owner::Planner(_) => None,
+        };
         TaskRecord {
             id: TaskId::new(),
             title: spec.title,
@@ -312,7 +327,10 @@ impl TaskRecord {
             updated_at: now,
             started_at: None,
             max_runtime_min: spec.max_runtime_min,
-            metadata: TaskMetadata::default(),
+            metadata: TaskMetadata {
+                requester,
+                ..TaskMetadata::default()
+            },
             status_log: vec![StatusChange {
                 at: now,
                 status: initial,

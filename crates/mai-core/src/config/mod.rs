@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::permission::{PermissionConfig, PermissionConfigError, PermissionResolver};
 
+mod limits;
 mod llm;
 mod server;
+pub use limits::{LimitsConfig, PlannerConfig};
 pub use llm::{LlmConfig, ModelNames};
 pub use server::{ChannelsConfig, ConsoleChannelConfig, OneBotConfig, ServerConfig};
 
@@ -40,6 +42,8 @@ pub struct Config {
     pub prompts: PromptsConfig,
     pub server: ServerConfig,
     pub channels: ChannelsConfig,
+    pub planner: PlannerConfig,
+    pub limits: LimitsConfig,
 }
 
 /// `[task]`: limits of the scheduler and the agent loop.
@@ -167,6 +171,18 @@ pub struct McpServerConfig {
     pub startup_timeout_secs: u64,
     #[serde(default = "default_call_timeout")]
     pub call_timeout_secs: u64,
+    /// The lowest role whose tasks (and planner speakers) may use this server's tools. Admin by
+    /// default: an MCP server can do anything its process can, so reach is granted by choice.
+    #[serde(default = "default_mcp_min_role")]
+    pub min_role: crate::role::Role,
+    /// Per-tool overrides of `min_role`, by the tool's name on the server
+    /// (`tool_roles = { read_text_file = "user" }`).
+    #[serde(default)]
+    pub tool_roles: BTreeMap<String, crate::role::Role>,
+}
+
+fn default_mcp_min_role() -> crate::role::Role {
+    crate::role::Role::Admin
 }
 
 fn default_startup_timeout() -> u64 {
@@ -267,6 +283,8 @@ pub struct FilesConfig {
     pub admin_open: bool,
     pub max_read_bytes: u64,
     pub max_write_bytes: u64,
+    /// How many MiB of files each requester may keep in the sandbox (checked on every write).
+    pub quota_mb: u64,
 }
 
 impl Default for FilesConfig {
@@ -275,6 +293,7 @@ impl Default for FilesConfig {
             admin_open: false,
             max_read_bytes: 256 * 1024,
             max_write_bytes: 1024 * 1024,
+            quota_mb: 100,
         }
     }
 }

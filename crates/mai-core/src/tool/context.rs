@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::ids::{Owner, StreamId};
+use crate::ids::{Owner, PersonId, StreamId};
 use crate::role::Role;
 use crate::task::TaskId;
 
@@ -36,6 +36,8 @@ impl RoleProvider for FixedRole {
 pub struct ToolContext {
     task_id: TaskId,
     owner: Owner,
+    /// The person the task acts for; `None` for a planner task made without a speaker.
+    requester: Option<PersonId>,
     stream_id: StreamId,
     platform: String,
     role: Arc<dyn RoleProvider>,
@@ -56,6 +58,7 @@ impl ToolContext {
         ToolContext {
             task_id,
             owner,
+            requester: None,
             stream_id,
             platform: platform.into(),
             role,
@@ -70,6 +73,18 @@ impl ToolContext {
 
     pub fn owner(&self) -> &Owner {
         &self.owner
+    }
+
+    /// The same context acting for `requester` (the person the task acts for).
+    pub fn with_requester(mut self, requester: Option<PersonId>) -> Self {
+        self.requester = requester;
+        self
+    }
+
+    /// The person the task acts for: its files, the chats it may read and write, and whose
+    /// tasks it may list are theirs. `None` for a planner task made without a speaker.
+    pub fn requester(&self) -> Option<&PersonId> {
+        self.requester.as_ref()
     }
 
     pub fn stream_id(&self) -> &StreamId {
@@ -109,6 +124,7 @@ impl fmt::Debug for ToolContext {
         f.debug_struct("ToolContext")
             .field("task_id", &self.task_id)
             .field("owner", &self.owner)
+            .field("requester", &self.requester)
             .field("stream_id", &self.stream_id)
             .field("platform", &self.platform)
             .field("role", &self.role())
