@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{Owner, StreamId};
+use crate::ids::{Owner, PersonId, StreamId};
 use crate::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
 
 /// What one agent-history entry is.
@@ -76,12 +76,36 @@ pub enum TaskWrite<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
     pub owner: Option<Owner>,
+    /// Tasks acting for this person.
+    pub requester: Option<PersonId>,
     pub stream_id: Option<StreamId>,
     /// Any of these statuses (empty = all).
     pub statuses: Vec<TaskStatus>,
     pub level: Option<TaskLevel>,
     /// At most this many, newest first (`None` = no limit).
     pub limit: Option<u32>,
+}
+
+/// What the caps on task creation count, in one read ([`TaskStore::counts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CountQuery<'a> {
+    /// Count this person's unfinished tasks (none: counted as 0).
+    pub requester: Option<&'a PersonId>,
+    /// Count this stream's unfinished tasks.
+    pub stream: &'a StreamId,
+    /// Count the sub-tasks this task ever made (none: counted as 0).
+    pub created_by: Option<TaskId>,
+}
+
+/// The figures of a [`CountQuery`]. "Unfinished" is every status but completed, failed and
+/// cancelled; "recurring" is a cron trigger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskCounts {
+    pub unfinished_by_requester: u64,
+    pub unfinished_in_stream: u64,
+    pub recurring_by_requester: u64,
+    pub recurring_in_stream: u64,
+    pub children: u64,
 }
 
 /// The outcome of a compare-and-set write.
@@ -153,6 +177,9 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError>;
 
     async fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
+
+    /// The figures the caps on task creation need.
+    async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError>;
 
     /// Every task in an active status, oldest first (for recovery).
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError>;

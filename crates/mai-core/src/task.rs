@@ -237,16 +237,25 @@ pub struct TaskMetadata {
     pub cron_runs: u32,
     /// Seconds spent running so far (paused and waiting time excluded).
     pub runtime_secs: u64,
-    /// The person the task acts for: the creator of a person's task, the speaker of a planner
-    /// task (the host's `user_id`), inherited by sub-tasks and reply tasks. The task runs with
-    /// the requester's role in its stream; only their reply in that stream answers its
-    /// questions. `None` only for a planner task made without a speaker (it runs at
-    /// `[planner] default_role`).
+    /// The person the task acts for, when it is not its owner: the speaker of a planner task
+    /// (the host's `user_id`), inherited by its sub-tasks and reply tasks; `None` for a person's
+    /// task (it acts for its owner, see [`TaskRecord::requester`]) and for a planner task made
+    /// without a speaker (it runs at `[planner] default_role`). A task runs with its
+    /// requester's role in its stream; only their reply in that stream answers its questions.
     pub requester: Option<PersonId>,
     /// How deep in a chain of sub-tasks this task is: 0 for a task a person or the planner
     /// created, its parent's depth + 1 for a `create_subtask` child.
     #[serde(skip_serializing_if = "is_zero")]
     pub depth: u32,
+    /// The role of a task that acts for nobody (no requester), when the door that made it fixed
+    /// one: the API token's tasks are admin. Without it such a task runs at `[planner]
+    /// default_role`. Sub-tasks inherit it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed_role: Option<crate::role::Role>,
+    /// A reply task: it delivers the result of `parent_task_id` (it was not created by it as a
+    /// sub-task, so it counts against no limit).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub is_reply: bool,
 }
 
 fn is_zero(value: &u32) -> bool {
@@ -294,8 +303,8 @@ pub struct NewTask {
 }
 
 impl TaskRecord {
-    /// The person the task acts for (see [`TaskMetadata::requester`]). A person's task recorded
-    /// before requesters existed acts for its owner.
+    /// The person the task acts for: the one in [`TaskMetadata::requester`], else the owner
+    /// of a person's task; `None` for a planner task made without a speaker.
     pub fn requester(&self) -> Option<&PersonId> {
         match (&self.metadata.requester, &self.owner) {
             (Some(person), _) | (None, Owner::Person(person)) => Some(person),
@@ -306,10 +315,6 @@ impl TaskRecord {
     /// A new task in `initial` status (`pending` for `now`, `scheduled` otherwise), its creation
     /// logged with `actor`.
     pub fn new(spec: NewTask, initial: TaskStatus, actor: &str, now: DateTime<Utc>) -> Self {
-        let requester = match &spec.owner {
-            Owner::Person(person) => Some(person.clone()),
-            Owner::Planner(_) => None,
-        };
         TaskRecord {
             id: TaskId::new(),
             title: spec.title,
@@ -327,10 +332,7 @@ impl TaskRecord {
             updated_at: now,
             started_at: None,
             max_runtime_min: spec.max_runtime_min,
-            metadata: TaskMetadata {
-                requester,
-                ..TaskMetadata::default()
-            },
+            metadata: TaskMetadata::default(),
             status_log: vec![StatusChange {
                 at: now,
                 status: initial,

@@ -14,7 +14,8 @@ use tokio_util::task::TaskTracker;
 use mai_core::clock::Clock;
 use mai_core::config::LiveConfig;
 use mai_core::host::Host;
-use mai_core::ids::{Owner, StreamId};
+use mai_core::config::ConfigSnapshot;
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::ChatModel;
 use mai_core::permission::Speaker;
 use mai_core::role::Role;
@@ -98,28 +99,37 @@ impl RunControl {
     }
 }
 
-/// Tasks waiting for their owner's answer, per (owner, stream), oldest first.
+/// Tasks waiting for their requester's answer, per (requester, stream), oldest first. A task
+/// that acts for nobody is not here: only the planner, its requester or an admin can answer it.
 #[derive(Debug, Default)]
 pub(crate) struct WaitingIndex {
-    by_chat: HashMap<(Owner, StreamId), VecDeque<TaskId>>,
-    chat_of: HashMap<TaskId, (Owner, StreamId)>,
+    by_chat: HashMap<(PersonId, StreamId), VecDeque<TaskId>>,
+    chat_of: HashMap<TaskId, (PersonId, StreamId)>,
 }
 
 impl WaitingIndex {
-    pub(crate) fn register(&mut self, id: TaskId, owner: Owner, stream: StreamId) {
+    /// Makes `task` answerable by its requester's next message in its stream.
+    pub(crate) fn register(&mut self, task: &TaskRecord) {
+        let Some(person) = task.requester() else {
+            return;
+        };
+        self.register_for(task.id, person.clone(), task.stream_id.clone());
+    }
+
+    pub(crate) fn register_for(&mut self, id: TaskId, person: PersonId, stream: StreamId) {
         if self.chat_of.contains_key(&id) {
             return;
         }
         self.by_chat
-            .entry((owner.clone(), stream.clone()))
+            .entry((person.clone(), stream.clone()))
             .or_default()
             .push_back(id);
-        self.chat_of.insert(id, (owner, stream));
+        self.chat_of.insert(id, (person, stream));
     }
 
     /// Takes the oldest task waiting in this chat: exactly one reply wakes exactly one task.
-    pub(crate) fn take_oldest(&mut self, owner: &Owner, stream: &StreamId) -> Option<TaskId> {
-        let key = (owner.clone(), stream.clone());
+    pub(crate) fn take_oldest(&mut self, person: &PersonId, stream: &StreamId) -> Option<TaskId> {
+        let key = (person.clone(), stream.clone());
         let queue = self.by_chat.get_mut(&key)?;
         let id = queue.pop_front();
         if queue.is_empty() {
@@ -150,25 +160,42 @@ impl WaitingIndex {
     }
 }
 
-/// The role of a task's owner in the task's stream, re-resolved from the live config on every
-/// call, so a permission change applies to running tasks. Planner tasks are admin.
+/// The role a task runs with: its requester's role in the task's stream; for a task acting for
+/// nobody, the role its door fixed, else `[planner] default_role`. Re-resolved from the live
+/// config on every call, so a permission change applies to running tasks.
 struct TaskRole {
     config: Arc<LiveConfig>,
-    owner: Owner,
-    platform: String,
+    requester: Option<PersonId>,
+    fixed_role: Option<Role>,
     group_id: Option<String>,
+}
+
+impl TaskRole {
+    fn of(config: Arc<LiveConfig>, task: &TaskRecord) -> Self {
+        TaskRole {
+            config,
+            requester: task.requester().cloned(),
+            fixed_role: task.metadata.fixed_role,
+            group_id: task.metadata.group_id.clone(),
+        }
+    }
+
+    fn resolve(&self, snapshot: &ConfigSnapshot) -> Role {
+        match (&self.requester, self.fixed_role) {
+            (Some(person), _) => snapshot.permissions.resolve(&Speaker {
+                platform: &person.platform,
+                user_id: &person.user_id,
+                group_id: self.group_id.as_deref(),
+            }),
+            (None, Some(role)) => role,
+            (None, None) => snapshot.config.planner.default_role,
+        }
+    }
 }
 
 impl RoleProvider for TaskRole {
     fn role(&self) -> Role {
-        match &self.owner {
-            Owner::Planner(_) => Role::Admin,
-            Owner::Person(person) => self.config.load().permissions.resolve(&Speaker {
-                platform: &self.platform,
-                user_id: &person.user_id,
-                group_id: self.group_id.as_deref(),
-            }),
-        }
+        self.resolve(&self.config.load())
     }
 }
 
@@ -186,6 +213,8 @@ pub struct Engine {
     pub(crate) question_timers: Arc<Timers>,
     pub(crate) waiting: Mutex<WaitingIndex>,
     pub(crate) running: Mutex<HashMap<TaskId, RunControl>>,
+    /// The locks of the `[limits]` check on task creation.
+    pub(crate) admission: crate::admission::Admission,
     /// What each planner session was last shown on its board.
     pub(crate) board: Mutex<crate::planner_board::BoardMemory>,
     /// Tasks with injected instructions not yet read by their loop.
@@ -216,6 +245,7 @@ impl Engine {
             queue: ReadyQueue::default(),
             waiting: Mutex::new(WaitingIndex::default()),
             running: Mutex::new(HashMap::new()),
+            admission: crate::admission::Admission::default(),
             board: Mutex::new(crate::planner_board::BoardMemory::default()),
             injected: Mutex::new(HashSet::new()),
             events: Events::new(),
@@ -288,22 +318,23 @@ impl Engine {
         }));
     }
 
-    /// The context a task's tool calls run with.
+    /// The context a task's tool calls run with: acting for its requester, with its role.
     pub(crate) fn tool_context(&self, task: &TaskRecord, cancel: CancellationToken) -> ToolContext {
         ToolContext::new(
             task.id,
             task.owner.clone(),
             task.stream_id.clone(),
             task.platform.clone(),
-            Arc::new(TaskRole {
-                config: self.config.clone(),
-                owner: task.owner.clone(),
-                platform: task.platform.clone(),
-                group_id: task.metadata.group_id.clone(),
-            }),
+            Arc::new(TaskRole::of(self.config.clone(), task)),
             cancel,
             self.config.config(),
         )
+        .with_requester(task.requester().cloned())
+    }
+
+    /// The role `task` runs with right now (see [`TaskRole`]).
+    pub fn task_role(&self, task: &TaskRecord) -> Role {
+        TaskRole::of(self.config.clone(), task).role()
     }
 
     /// Tells the timers the clock jumped (a test clock was advanced, or the wall clock was set).

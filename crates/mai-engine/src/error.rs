@@ -16,6 +16,9 @@ pub enum EngineError {
     },
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A cap of `[limits]` would be exceeded; nothing was created.
+    #[error("limit reached: {0}")]
+    LimitReached(String),
     #[error(
         "invalid cron expression `{expr}`: {detail} (expected 5 fields: minute hour day month weekday, e.g. `0 18 * * *`)"
     )]

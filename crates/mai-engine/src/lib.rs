@@ -1,6 +1,7 @@
 //! The engine: scheduler, agent loop, ask_user, sub-agents, reply path, task manager facade,
 //! recovery; plus the reply splitter and the prompt templates.
 
+mod admission;
 mod agent_loop;
 pub mod builtin_tools;
 pub mod commands;

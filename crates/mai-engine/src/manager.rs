@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde::Serialize;
 use serde_json::json;
 
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{Owner, PersonId, StreamId};
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
 use mai_core::role::{Role, require};
 use mai_core::store::{HistoryEntry, HistoryKind, NewHistoryEntry, Resolved, TaskFilter};
@@ -42,40 +42,108 @@ fn check_length(what: &str, text: &str, max: usize) -> Result<(), EngineError> {
 /// How long a title may take before the intent's first words are used.
 const TITLE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Who is asking, and from where.
+/// Which door a caller came through: it decides who the tasks it creates act for, and whether
+/// a guest may create one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// A person speaking for themselves: a chat message, `/mt`, the HTTP API with a `user_id`,
+    /// the CLI's operator. Guests cannot create tasks.
+    Person,
+    /// The host's planner in a stream, acting for the person it speaks with (if the host named
+    /// one). It may create a task for a guest speaker: the task then runs with guest tools.
+    Planner,
+    /// A program holding the API token, naming no person: admin, and so are its tasks.
+    Token,
+    /// An agent task's own tools (`create_subtask`, `inject_task`, …), acting for the task's
+    /// requester with the task's role.
+    Task,
+}
+
+/// Who is asking, from where, and for whom.
 #[derive(Debug, Clone)]
 pub struct Caller {
+    /// The owner of the tasks this caller creates.
     pub owner: Owner,
+    /// The person this caller acts for: who the tasks it creates act for, and whose tasks it
+    /// may change. `None` for the token door and a planner call without a speaker.
+    pub requester: Option<PersonId>,
+    /// The caller's role where it acts from.
     pub role: Role,
     pub stream_id: StreamId,
     pub platform: String,
     /// The group of the caller's stream (`None` = private chat).
     pub group_id: Option<String>,
+    pub door: Door,
 }
 
 impl Caller {
+    /// A person speaking for themselves with `role` in `stream_id`.
+    pub fn person(
+        person: PersonId,
+        role: Role,
+        stream_id: StreamId,
+        group_id: Option<String>,
+    ) -> Caller {
+        Caller {
+            owner: Owner::Person(person.clone()),
+            platform: person.platform.clone(),
+            requester: Some(person),
+            role,
+            stream_id,
+            group_id,
+            door: Door::Person,
+        }
+    }
+
+    /// A token holder acting in `stream_id` without naming a person: admin.
+    pub fn token(stream_id: StreamId, platform: String, group_id: Option<String>) -> Caller {
+        Caller {
+            owner: Owner::planner(stream_id.clone()),
+            requester: None,
+            role: Role::Admin,
+            stream_id,
+            platform,
+            group_id,
+            door: Door::Token,
+        }
+    }
+
     /// An admin that reads every task for a front door (the HTTP API's reads, metrics); its
     /// owner `planner:{name}` only names the reader.
     pub fn admin_reader(name: &str) -> Result<Caller, mai_core::ids::IdError> {
-        let stream = StreamId::new(name)?;
-        Ok(Caller {
-            owner: Owner::planner(stream.clone()),
-            role: Role::Admin,
-            stream_id: stream,
-            platform: String::new(),
-            group_id: None,
-        })
+        Ok(Caller::token(StreamId::new(name)?, String::new(), None))
     }
 
-    /// The actor string written into status logs.
+    /// The actor string written into status logs: the person, else the owner.
     fn actor(&self) -> String {
-        self.owner.to_string()
+        match &self.requester {
+            Some(person) => person.to_string(),
+            None => self.owner.to_string(),
+        }
     }
 
-    /// Whether the caller may see or act on `task` at all (admins: every task).
-    fn owns(&self, task: &TaskRecord) -> bool {
-        self.role == Role::Admin || task.owner == self.owner
+    /// Whether `task` acts for the same person as this caller (a task acting for nobody is
+    /// the caller's when the caller acts for nobody either and owns it).
+    pub fn is_requester_of(&self, task: &TaskRecord) -> bool {
+        match (&self.requester, task.requester()) {
+            (Some(mine), Some(theirs)) => mine == theirs,
+            (None, None) => task.owner == self.owner,
+            _ => false,
+        }
     }
+
+    /// Whether the caller may see `task` at all (admins: every task).
+    pub(crate) fn may_see(&self, task: &TaskRecord) -> bool {
+        self.role == Role::Admin || self.is_requester_of(task)
+    }
+}
+
+/// What a change does to a task: steering (an instruction, an answer, a resume) can make it act;
+/// stopping (cancel, pause) cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Steer,
+    Stop,
 }
 
 /// A request to create a task.
@@ -89,10 +157,9 @@ pub struct CreateTask {
     /// A title chosen by the caller; otherwise the model writes one.
     pub title: Option<String>,
     pub max_runtime_min: Option<u32>,
+    /// The task whose `create_subtask` makes this one: the new task acts for the same person
+    /// and counts against the parent's `[limits]`.
     pub parent_task_id: Option<mai_core::task::TaskId>,
-    /// For a planner's task: the person it is made for, who may answer its questions by
-    /// replying in the stream (see `TaskRecord::answerer`).
-    pub requester: Option<mai_core::ids::PersonId>,
 }
 
 impl CreateTask {
@@ -107,7 +174,6 @@ impl CreateTask {
             title: None,
             max_runtime_min: None,
             parent_task_id: None,
-            requester: None,
         }
     }
 }
@@ -121,14 +187,17 @@ pub struct TaskHistory {
 }
 
 impl Engine {
-    /// Creates a task: guests are refused; the record is persisted, then scheduled.
+    /// Creates a task: guests are refused (but the planner may create one for a guest speaker);
+    /// the caps of `[limits]` are checked; the record is persisted, then scheduled.
     pub async fn create(
         &self,
         caller: &Caller,
         request: CreateTask,
     ) -> Result<TaskRecord, EngineError> {
-        require(caller.role, Role::User)
-            .map_err(|_| EngineError::PermissionDenied("guests cannot create tasks".into()))?;
+        if caller.door != Door::Planner {
+            require(caller.role, Role::User)
+                .map_err(|_| EngineError::PermissionDenied("guests cannot create tasks".into()))?;
+        }
         if self.shutdown.is_cancelled() {
             return Err(EngineError::Stopping);
         }
@@ -140,37 +209,19 @@ impl Engine {
         }
         check_length("intent", &intent, MAX_INTENT_CHARS)?;
         let now = self.now();
-        let (status, scheduled_at) = match &request.trigger {
-            Trigger::Now => (TaskStatus::Pending, None),
-            Trigger::Delay { seconds } => {
-                let due = i64::try_from(*seconds)
-                    .ok()
-                    .and_then(chrono::Duration::try_seconds)
-                    .and_then(|delay| now.checked_add_signed(delay))
-                    .ok_or_else(|| {
-                        EngineError::Invalid(format!(
-                            "a delay of {seconds} seconds is too far in the future"
-                        ))
-                    })?;
-                (TaskStatus::Scheduled, Some(due))
-            }
-            Trigger::Cron { expr } => {
-                let next = next_fire_blocking(expr, now).await.map_err(|detail| {
-                    EngineError::InvalidCron {
-                        expr: expr.clone(),
-                        detail,
-                    }
-                })?;
-                (TaskStatus::Scheduled, Some(next))
-            }
-        };
-        let title = match request.title.filter(|t| !t.trim().is_empty()) {
-            Some(title) => title.trim().chars().take(80).collect(),
-            None => self.title_for(&intent).await,
+        let (status, scheduled_at) = first_run(&request.trigger, now).await?;
+        let parent = match request.parent_task_id {
+            Some(id) => Some(
+                self.store
+                    .get(id)
+                    .await?
+                    .ok_or_else(|| EngineError::NotFound(id.short()))?,
+            ),
+            None => None,
         };
         let mut task = TaskRecord::new(
             NewTask {
-                title,
+                title: String::new(),
                 intent,
                 level: request.level,
                 owner: caller.owner.clone(),
@@ -187,9 +238,17 @@ impl Engine {
         );
         task.scheduled_at = scheduled_at;
         task.metadata.group_id = caller.group_id.clone();
-        task.metadata.parent_task_id = request.parent_task_id;
-        task.metadata.requester = request.requester;
+        acts_for(&mut task, caller, parent.as_ref());
+        // Checked before the title costs a model call, and again under the admission lock.
+        self.admission.check(self, &task).await?;
+        task.title = match request.title.filter(|t| !t.trim().is_empty()) {
+            Some(title) => title.trim().chars().take(80).collect(),
+            None => self.title_for(&task.intent).await,
+        };
+        let admitted = self.admission.enter(&task).await;
+        self.admission.check(self, &task).await?;
         self.store.insert(&task).await?;
+        drop(admitted);
         self.emit(TaskEvent::Created {
             task_id: task.id,
             title: task.title.clone(),
@@ -228,15 +287,40 @@ impl Engine {
         }
     }
 
-    /// Tasks the caller may see: admins any (as filtered), others their own.
+    /// Tasks the caller may see: admins any (as filtered), others those acting for them.
     pub async fn list(
         &self,
         caller: &Caller,
         mut filter: TaskFilter,
     ) -> Result<Vec<TaskRecord>, EngineError> {
-        if caller.role != Role::Admin {
-            filter.owner = Some(caller.owner.clone());
+        if caller.role == Role::Admin {
+            return Ok(self.store.list(&filter).await?);
         }
+        match &caller.requester {
+            Some(person) => {
+                filter.requester = Some(person.clone());
+                Ok(self.store.list(&filter).await?)
+            }
+            None => {
+                filter.owner = Some(caller.owner.clone());
+                let mut tasks = self.store.list(&filter).await?;
+                tasks.retain(|task| caller.may_see(task));
+                Ok(tasks)
+            }
+        }
+    }
+
+    /// Every task of the planner's stream, whoever it acts for: a planner may see that they
+    /// exist (what it may see of each is the planner tools' business, see `may_see`).
+    pub(crate) async fn list_stream(
+        &self,
+        caller: &Caller,
+        mut filter: TaskFilter,
+    ) -> Result<Vec<TaskRecord>, EngineError> {
+        if caller.door != Door::Planner {
+            return self.list(caller, filter).await;
+        }
+        filter.stream_id = Some(caller.stream_id.clone());
         Ok(self.store.list(&filter).await?)
     }
 
@@ -249,7 +333,7 @@ impl Engine {
     ) -> Result<TaskRecord, EngineError> {
         let reference = reference.trim();
         match self.store.resolve(reference).await? {
-            Resolved::Found(task) if caller.owns(&task) => Ok(*task),
+            Resolved::Found(task) if caller.may_see(&task) => Ok(*task),
             Resolved::NotFound => Err(EngineError::NotFound(reference.to_owned())),
             Resolved::Ambiguous(ids) if caller.role == Role::Admin => Err(EngineError::Ambiguous {
                 reference: reference.to_owned(),
@@ -269,15 +353,47 @@ impl Engine {
         }
     }
 
-    /// The caller's task for a change: resolved, visible, and the caller at least a user.
+    /// The caller's task for a change: resolved, visible, and the change allowed.
     async fn resolve_for_change(
         &self,
         caller: &Caller,
         reference: &str,
+        change: Change,
     ) -> Result<TaskRecord, EngineError> {
-        require(caller.role, Role::User)
-            .map_err(|_| EngineError::PermissionDenied("guests can only read tasks".into()))?;
-        self.resolve(caller, reference).await
+        let task = self.resolve(caller, reference).await?;
+        self.check_change(caller, &task, change)?;
+        Ok(task)
+    }
+
+    /// The one rule for changing a task: only its requester or an admin; and steering it (an
+    /// instruction, an answer, a resume) only from where the caller's role is at least the
+    /// role the task runs with — the same person in a chat where they have less cannot steer
+    /// their own more powerful task from there. Stopping it can escalate nothing and is
+    /// allowed to the requester from anywhere.
+    fn check_change(
+        &self,
+        caller: &Caller,
+        task: &TaskRecord,
+        change: Change,
+    ) -> Result<(), EngineError> {
+        if caller.role != Role::Admin && !caller.is_requester_of(task) {
+            return Err(EngineError::PermissionDenied(format!(
+                "task {} acts for someone else; only they or an admin can change it",
+                task.id.short()
+            )));
+        }
+        if change == Change::Steer {
+            let runs_as = self.task_role(task);
+            require(caller.role, runs_as).map_err(|_| {
+                EngineError::PermissionDenied(format!(
+                    "task {} runs with {runs_as} rights and you are {} here; instruct, answer \
+                     or resume it from a chat where you are {runs_as} (e.g. the one it runs in)",
+                    task.id.short(),
+                    caller.role
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     /// The status log and agent history of a task.
@@ -303,12 +419,23 @@ impl Engine {
         reference: &str,
         instruction: &str,
     ) -> Result<TaskRecord, EngineError> {
+        let task = self.resolve(caller, reference).await?;
+        self.inject_into(caller, task, instruction).await
+    }
+
+    /// [`Engine::inject`] into a task already resolved (the planner resolves in its stream).
+    pub(crate) async fn inject_into(
+        &self,
+        caller: &Caller,
+        task: TaskRecord,
+        instruction: &str,
+    ) -> Result<TaskRecord, EngineError> {
         let instruction = instruction.trim();
         if instruction.is_empty() {
             return Err(EngineError::Invalid("the instruction is empty".into()));
         }
         check_length("instruction", instruction, MAX_INSTRUCTION_CHARS)?;
-        let task = self.resolve_for_change(caller, reference).await?;
+        self.check_change(caller, &task, Change::Steer)?;
         match task.status {
             TaskStatus::WaitingInput => {
                 if self.answer_task(task.id, instruction).await? {
@@ -363,7 +490,7 @@ impl Engine {
         text: &str,
     ) -> Result<TaskRecord, EngineError> {
         check_length("answer", text, MAX_INSTRUCTION_CHARS)?;
-        let task = self.resolve_for_change(caller, reference).await?;
+        let task = self.resolve_for_change(caller, reference, Change::Steer).await?;
         if task.status != TaskStatus::WaitingInput {
             return Err(EngineError::WrongState {
                 short: task.id.short(),
@@ -388,7 +515,17 @@ impl Engine {
         caller: &Caller,
         reference: &str,
     ) -> Result<TaskRecord, EngineError> {
-        let task = self.resolve_for_change(caller, reference).await?;
+        let task = self.resolve(caller, reference).await?;
+        self.cancel_task(caller, task).await
+    }
+
+    /// [`Engine::cancel`] of a task already resolved (the planner resolves in its stream).
+    pub(crate) async fn cancel_task(
+        &self,
+        caller: &Caller,
+        task: TaskRecord,
+    ) -> Result<TaskRecord, EngineError> {
+        self.check_change(caller, &task, Change::Stop)?;
         self.stop_task(
             task,
             StopReason::Cancel {
@@ -401,7 +538,7 @@ impl Engine {
 
     /// Pauses a task; a running one pauses at its next await and resumes from its checkpoint.
     pub async fn pause(&self, caller: &Caller, reference: &str) -> Result<TaskRecord, EngineError> {
-        let task = self.resolve_for_change(caller, reference).await?;
+        let task = self.resolve_for_change(caller, reference, Change::Stop).await?;
         self.stop_task(
             task,
             StopReason::Pause {
@@ -471,7 +608,7 @@ impl Engine {
         caller: &Caller,
         reference: &str,
     ) -> Result<TaskRecord, EngineError> {
-        let mut task = self.resolve_for_change(caller, reference).await?;
+        let mut task = self.resolve_for_change(caller, reference, Change::Steer).await?;
         if task.status != TaskStatus::Paused {
             return Err(EngineError::WrongState {
                 short: task.id.short(),
@@ -494,7 +631,7 @@ impl Engine {
         id: mai_core::task::TaskId,
     ) -> Result<TaskRecord, EngineError> {
         match self.store.get(id).await? {
-            Some(task) if caller.owns(&task) => Ok(task),
+            Some(task) if caller.may_see(&task) => Ok(task),
             _ => Err(EngineError::NotFound(id.to_string())),
         }
     }
@@ -529,5 +666,55 @@ pub(crate) fn resolve_among(
                 .collect::<Vec<_>>()
                 .join(", "),
         }),
+    }
+}
+
+/// The status a new task starts in and when it first runs.
+async fn first_run(
+    trigger: &Trigger,
+    now: chrono::DateTime<Utc>,
+) -> Result<(TaskStatus, Option<chrono::DateTime<Utc>>), EngineError> {
+    match trigger {
+        Trigger::Now => Ok((TaskStatus::Pending, None)),
+        Trigger::Delay { seconds } => {
+            let due = i64::try_from(*seconds)
+                .ok()
+                .and_then(chrono::Duration::try_seconds)
+                .and_then(|delay| now.checked_add_signed(delay))
+                .ok_or_else(|| {
+                    EngineError::Invalid(format!(
+                        "a delay of {seconds} seconds is too far in the future"
+                    ))
+                })?;
+            Ok((TaskStatus::Scheduled, Some(due)))
+        }
+        Trigger::Cron { expr } => {
+            let next = next_fire_blocking(expr, now)
+                .await
+                .map_err(|detail| EngineError::InvalidCron {
+                    expr: expr.clone(),
+                    detail,
+                })?;
+            Ok((TaskStatus::Scheduled, Some(next)))
+        }
+    }
+}
+
+/// Who a new task acts for: a sub-task inherits its parent's requester and fixed role and
+/// nests one level deeper; a planner's task acts for the speaker; a token holder's task acts
+/// for nobody, as admin; a person's task acts for its owner.
+fn acts_for(task: &mut TaskRecord, caller: &Caller, parent: Option<&TaskRecord>) {
+    if let Some(parent) = parent {
+        task.metadata.parent_task_id = Some(parent.id);
+        task.metadata.depth = parent.metadata.depth.saturating_add(1);
+        task.metadata.requester = parent.metadata.requester.clone();
+        task.metadata.fixed_role = parent.metadata.fixed_role;
+        return;
+    }
+    if matches!(caller.owner, Owner::Planner(_)) {
+        task.metadata.requester = caller.requester.clone();
+    }
+    if caller.door == Door::Token {
+        task.metadata.fixed_role = Some(Role::Admin);
     }
 }

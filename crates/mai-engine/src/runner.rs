@@ -368,6 +368,9 @@ impl Engine {
         reply.metadata.answer = Some(text.to_owned());
         reply.metadata.raw = raw;
         reply.metadata.parent_task_id = Some(task.id);
+        reply.metadata.is_reply = true;
+        reply.metadata.requester = task.metadata.requester.clone();
+        reply.metadata.fixed_role = task.metadata.fixed_role;
         reply.metadata.group_id = if task.reply_stream_id.is_some() {
             None
         } else {

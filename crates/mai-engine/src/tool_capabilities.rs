@@ -15,7 +15,7 @@ use mai_core::task::{TaskLevel, TaskRecord};
 use mai_core::tool::ToolContext;
 
 use crate::engine::Engine;
-use crate::manager::{Caller, CreateTask};
+use crate::manager::{Caller, CreateTask, Door};
 
 /// `TaskControl` and `Messenger` for the engine's tools.
 pub(crate) struct EngineCapabilities(pub Weak<Engine>);
@@ -27,7 +27,8 @@ impl EngineCapabilities {
             .ok_or_else(|| "the engine is stopping".to_owned())
     }
 
-    /// The calling task as a facade caller: identity from the task, never from arguments.
+    /// The calling task as a facade caller: acting for the task's requester with the task's
+    /// role, identity from the task, never from arguments.
     async fn caller(engine: &Engine, ctx: &ToolContext) -> Result<Caller, String> {
         let group_id = engine
             .store
@@ -37,10 +38,12 @@ impl EngineCapabilities {
             .and_then(|task| task.metadata.group_id);
         Ok(Caller {
             owner: ctx.owner().clone(),
+            requester: ctx.requester().cloned(),
             role: ctx.role(),
             stream_id: ctx.stream_id().clone(),
             platform: ctx.platform().to_owned(),
             group_id,
+            door: Door::Task,
         })
     }
 }
@@ -54,10 +57,18 @@ impl TaskControl for EngineCapabilities {
     ) -> Result<Vec<TaskRecord>, String> {
         let engine = self.engine()?;
         let caller = Self::caller(&engine, ctx).await?;
-        let filter = TaskFilter {
-            owner: Some(ctx.owner().clone()),
-            limit: Some(limit),
-            ..TaskFilter::default()
+        // Keyed by requester: every planner task of a stream shares one owner.
+        let filter = match ctx.requester() {
+            Some(person) => TaskFilter {
+                requester: Some(person.clone()),
+                limit: Some(limit),
+                ..TaskFilter::default()
+            },
+            None => TaskFilter {
+                owner: Some(ctx.owner().clone()),
+                limit: Some(limit),
+                ..TaskFilter::default()
+            },
         };
         engine
             .list(&caller, filter)

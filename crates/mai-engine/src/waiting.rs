@@ -8,7 +8,7 @@
 use chrono::Duration;
 use serde_json::{Value, json};
 
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::{ChatMessage, ToolCall};
 use mai_core::store::{HistoryKind, NewHistoryEntry, SaveOutcome, TaskWrite};
 use mai_core::task::{TaskId, TaskRecord, TaskStatus, WaitingQuestion};
@@ -42,7 +42,7 @@ impl Engine {
         let asked_at = self.now();
         let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
         // 1. The resume signal.
-        lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
+        lock(&self.waiting).register(task);
         self.question_timers.arm(task.id, asked_at + timeout);
         // 2. The state change, persisted.
         task.metadata.waiting = Some(WaitingQuestion {
@@ -71,7 +71,7 @@ impl Engine {
         }
         // Register again now that the state is saved: a message that arrived during the save
         // took the signal but could not answer a question not yet asked (both are idempotent).
-        lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
+        lock(&self.waiting).register(task);
         self.question_timers.arm(task.id, asked_at + timeout);
         // 3. The question, polished, into the task's stream.
         let stream = task.stream_id.clone();
@@ -172,18 +172,18 @@ impl Engine {
         lock(&self.waiting).remove(id)
     }
 
-    /// A message from `owner` in `stream`: wakes the oldest task of that owner waiting there.
-    /// Returns the woken task, if any.
+    /// A message from `person` in `stream`: wakes the oldest task acting for them that waits
+    /// there. Returns the woken task, if any.
     pub async fn handle_user_reply(
         &self,
-        owner: &Owner,
+        person: &PersonId,
         stream: &StreamId,
         text: &str,
     ) -> Result<Option<TaskId>, EngineError> {
         // Oldest first; an entry that no longer waits (answered or cancelled elsewhere) is
         // skipped so the reply still reaches a task that does.
         loop {
-            let Some(id) = lock(&self.waiting).take_oldest(owner, stream) else {
+            let Some(id) = lock(&self.waiting).take_oldest(person, stream) else {
                 return Ok(None);
             };
             self.question_timers.disarm(id);
@@ -195,7 +195,7 @@ impl Engine {
                 Ok(false) => continue,
                 Err(error) => {
                     // Not recorded: keep the task reachable for the next reply.
-                    lock(&self.waiting).register(id, owner.clone(), stream.clone());
+                    lock(&self.waiting).register_for(id, person.clone(), stream.clone());
                     return Err(error);
                 }
             }
@@ -303,7 +303,7 @@ impl Engine {
             self.queue.push(task.id, task.priority);
             return Ok(());
         }
-        lock(&self.waiting).register(task.id, task.answerer(), task.stream_id.clone());
+        lock(&self.waiting).register(task);
         if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent)
             && let Some(engine) = self.arc()
         {

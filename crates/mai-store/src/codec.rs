@@ -63,6 +63,10 @@ pub(crate) struct TaskRow {
     pub updated_at: String,
     /// The record as JSON without its status log.
     pub record: String,
+    /// The person the task acts for (`platform:user_id`); set once, at insert.
+    pub requester: Option<String>,
+    /// The task that made this one with `create_subtask` (not set for reply tasks); set once.
+    pub created_by: Option<String>,
 }
 
 impl TaskRow {
@@ -82,6 +86,12 @@ impl TaskRow {
             created_at: time_text(task.created_at),
             updated_at: time_text(task.updated_at),
             record: json.to_string(),
+            requester: task.requester().map(ToString::to_string),
+            created_by: task
+                .metadata
+                .parent_task_id
+                .filter(|_| !task.metadata.is_reply)
+                .map(id_key),
         })
     }
 }

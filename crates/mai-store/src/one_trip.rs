@@ -181,15 +181,16 @@ AND NOT EXISTS (SELECT 1 FROM task_status_log l WHERE l.task_id = tasks.id \
 /// of one query.
 const STEPS: [&str; 7] = [
     "INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
-record) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM json_each(?) WHERE true \
-ON CONFLICT DO NOTHING",
+record, requester, created_by) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, \
+value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, \
+value ->> 11 FROM json_each(?) WHERE true ON CONFLICT DO NOTHING",
     save_step!("status = u.value ->> 10, "),
     save_step!(""),
     "INSERT INTO tasks (write_id, id, title, owner, stream_id, status, level, created_at, updated_at, \
-record) SELECT d.value ->> 0, d.value ->> 1, d.value ->> 2, d.value ->> 3, d.value ->> 4, \
-d.value ->> 5, d.value ->> 6, d.value ->> 7, d.value ->> 8, d.value ->> 9 FROM json_each(?) AS d \
-WHERE EXISTS (SELECT 1 FROM tasks p WHERE p.id = d.value ->> 10 AND p.write_id = d.value ->> 11) \
+record, requester, created_by) SELECT d.value ->> 0, d.value ->> 1, d.value ->> 2, \
+d.value ->> 3, d.value ->> 4, d.value ->> 5, d.value ->> 6, d.value ->> 7, d.value ->> 8, \
+d.value ->> 9, d.value ->> 10, d.value ->> 11 FROM json_each(?) AS d \
+WHERE EXISTS (SELECT 1 FROM tasks p WHERE p.id = d.value ->> 12 AND p.write_id = d.value ->> 13) \
 ON CONFLICT DO NOTHING",
     "INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
 SELECT value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6 \
@@ -340,7 +341,8 @@ impl Batch {
     }
 }
 
-/// `[write id, id, title, owner, stream_id, status, level, created_at, updated_at, record]`.
+/// `[write id, id, title, owner, stream_id, status, level, created_at, updated_at, record,
+/// requester, created_by]`.
 fn new_task_row(write_id: i64, new: &NewRow) -> Vec<Value> {
     let row = &new.row;
     vec![
@@ -354,6 +356,8 @@ fn new_task_row(write_id: i64, new: &NewRow) -> Vec<Value> {
         json!(row.created_at),
         json!(row.updated_at),
         json!(row.record),
+        json!(row.requester),
+        json!(row.created_by),
     ]
 }
 
@@ -366,7 +370,7 @@ fn push_insert(new: &NewRow, number: Option<i64>, sql: &mut QueryBuilder<Sqlite>
     let row = &new.row;
     sql.push(
         "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-         record, id) SELECT ",
+         record, requester, created_by, id) SELECT ",
     )
     .push_bind(&row.title)
     .push(", ")
@@ -383,6 +387,10 @@ fn push_insert(new: &NewRow, number: Option<i64>, sql: &mut QueryBuilder<Sqlite>
     .push_bind(&row.updated_at)
     .push(", ")
     .push_bind(&row.record)
+    .push(", ")
+    .push_bind(&row.requester)
+    .push(", ")
+    .push_bind(&row.created_by)
     .push(", ")
     .push_bind(&row.id);
     // `WHERE` is also what lets SQLite parse `ON CONFLICT` after a `SELECT`.

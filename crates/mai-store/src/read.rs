@@ -3,7 +3,7 @@
 //! Every task read uses the same projection: the row plus its status log aggregated into one
 //! JSON column, so a list of N tasks is one statement, not N+1.
 
-use mai_core::store::{HistoryEntry, Resolved, StoreError, TaskFilter};
+use mai_core::store::{CountQuery, HistoryEntry, Resolved, StoreError, TaskCounts, TaskFilter};
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
@@ -133,6 +133,11 @@ impl SqliteStore {
         if let Some(owner) = &filter.owner {
             query.push(" AND t.owner = ").push_bind(owner.to_string());
         }
+        if let Some(requester) = &filter.requester {
+            query
+                .push(" AND t.requester = ")
+                .push_bind(requester.to_string());
+        }
         if let Some(stream) = &filter.stream_id {
             query
                 .push(" AND t.stream_id = ")
@@ -152,6 +157,60 @@ impl SqliteStore {
             .await
             .map_err(db("listing tasks"))?;
         decode_all(rows)
+    }
+
+    /// The figures of the caps on task creation, in one statement (each figure an index
+    /// lookup: the partial indexes of unfinished tasks per requester and per stream, and the
+    /// index of sub-tasks by the task that made them).
+    pub(crate) async fn count_tasks(
+        &self,
+        query: &CountQuery<'_>,
+    ) -> Result<TaskCounts, StoreError> {
+        macro_rules! unfinished {
+            () => {
+                "status IN ('scheduled', 'pending', 'running', 'waiting_input', 'paused')"
+            };
+        }
+        macro_rules! cron {
+            () => {
+                "json_extract(record, '$.trigger.kind') = 'cron'"
+            };
+        }
+        const SQL: &str = concat!(
+            "SELECT (SELECT count(*) FROM tasks WHERE requester = ? AND ",
+            unfinished!(),
+            "), (SELECT count(*) FROM tasks WHERE stream_id = ? AND ",
+            unfinished!(),
+            "), (SELECT count(*) FROM tasks WHERE requester = ? AND ",
+            unfinished!(),
+            " AND ",
+            cron!(),
+            "), (SELECT count(*) FROM tasks WHERE stream_id = ? AND ",
+            unfinished!(),
+            " AND ",
+            cron!(),
+            "), (SELECT count(*) FROM tasks WHERE created_by = ?)"
+        );
+        let requester = query.requester.map(ToString::to_string);
+        let stream = query.stream.as_str();
+        let created_by = query.created_by.map(id_key);
+        let (a, b, c, d, e): (i64, i64, i64, i64, i64) = sqlx::query_as(SQL)
+            .bind(&requester)
+            .bind(stream)
+            .bind(&requester)
+            .bind(stream)
+            .bind(&created_by)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db("counting tasks"))?;
+        let figure = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(TaskCounts {
+            unfinished_by_requester: figure(a),
+            unfinished_in_stream: figure(b),
+            recurring_by_requester: figure(c),
+            recurring_in_stream: figure(d),
+            children: figure(e),
+        })
     }
 
     pub(crate) async fn list_active_tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {

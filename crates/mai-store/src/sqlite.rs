@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mai_core::store::{
-    HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError, TaskFilter, TaskStore,
-    TaskWrite,
+    CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError, TaskCounts,
+    TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::SqlitePool;
@@ -256,6 +256,10 @@ impl TaskStore for SqliteStore {
 
     async fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
         self.list_tasks(filter).await
+    }
+
+    async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
+        self.count_tasks(query).await
     }
 
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {

@@ -200,7 +200,7 @@ async fn insert_in(
     let row = TaskRow::encode(task)?;
     let inserted = sqlx::query(
         "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-         record, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         record, requester, created_by, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&row.title)
     .bind(&row.owner)
@@ -210,6 +210,8 @@ async fn insert_in(
     .bind(&row.created_at)
     .bind(&row.updated_at)
     .bind(&row.record)
+    .bind(&row.requester)
+    .bind(&row.created_by)
     .bind(&row.id)
     .execute(&mut *tx)
     .await;

@@ -93,6 +93,7 @@ async fn each_filter_narrows_and_they_combine() {
         statuses: vec![Running, Failed, Pending],
         level: Some(TaskLevel::Agent),
         limit: None,
+        requester: None,
     };
     assert_eq!(titles(&list(&fs, combined).await), ["t8", "t6", "t0"]);
     let nobody = TaskFilter {
@@ -179,6 +180,7 @@ async fn a_save_that_changes_indexed_fields_is_what_lists_and_resolve_see() {
         statuses: vec![Running],
         level: Some(TaskLevel::Instant),
         limit: None,
+        requester: None,
     };
     assert_eq!(titles(&list(&fs, filter).await), ["new title"]);
     let old_owner = TaskFilter {

@@ -245,6 +245,14 @@ impl TaskStore for TimedStore {
             .time("store.save", self.inner.save(task, expected))
             .await
     }
+    async fn counts(
+        &self,
+        query: &mai_core::store::CountQuery<'_>,
+    ) -> Result<mai_core::store::TaskCounts, StoreError> {
+        self.timings
+            .time("store.counts", self.inner.counts(query))
+            .await
+    }
     async fn checkpoint(
         &self,
         task: &TaskRecord,

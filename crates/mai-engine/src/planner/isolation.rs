@@ -1,14 +1,20 @@
-//! Stream isolation for the `subagent_*` tools (SYSTEM.md §7): a planner call may only touch the
-//! tasks of the conversation it is made from.
+//! Who a planner call acts as, and stream isolation for the `subagent_*` tools: a planner call
+//! may only touch the tasks of the conversation it is made from, and acts as the person it
+//! speaks with.
 //!
 //! The host injects `chat_id` (the current stream) into the arguments; it is in no schema, so
 //! the model cannot forge it. When it is present and the model's `stream_id` differs, the call
 //! is refused; without it (no host injection, e.g. a direct API call) the check is skipped. A
-//! task reference is then resolved as admin and kept only if the task belongs to that stream —
-//! a task of another stream is "not found", never "not yours", so its existence does not leak.
+//! task reference is then resolved among that stream's tasks — a task of another stream is "not
+//! found", never "not yours", so its existence does not leak.
+//!
+//! The speaker is the host's `user_id` (the front doors strip one the model wrote): the call
+//! has the speaker's role in the stream, and the tasks it creates act for them. Without a
+//! speaker the call has `[planner] default_role` and its tasks act for nobody.
 
 use mai_core::host::ChatTarget;
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{Owner, PersonId, StreamId};
+use mai_core::permission::Speaker;
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskRecord;
@@ -16,7 +22,7 @@ use mai_core::tool::ToolError;
 
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::manager::{Caller, resolve_among};
+use crate::manager::{Caller, Door, resolve_among};
 
 /// The host-injected context keys of a planner call (none of them in a schema).
 #[derive(Debug, Default, Clone)]
@@ -24,6 +30,8 @@ pub(crate) struct HostContext {
     pub chat_id: Option<String>,
     pub platform: Option<String>,
     pub group_id: Option<String>,
+    /// The person the planner speaks with.
+    pub user_id: Option<String>,
 }
 
 /// The stream a `subagent_*` call acts in: the model's `stream_id`, refused when the host's
@@ -45,13 +53,14 @@ pub(crate) fn current_stream(stream_id: &str, host: &HostContext) -> Result<Stre
     Ok(stream)
 }
 
-/// The planner as a facade caller in `stream`: admin, owner `planner:{stream}`. Platform and
-/// group come from the host context, else from what the host knows about the stream.
+/// The planner as a facade caller in `stream`: owner `planner:{stream}`, acting for the speaker
+/// with the speaker's role there. Platform and group come from the host context, else from what
+/// the host knows about the stream.
 pub(crate) async fn planner_caller(
     engine: &Engine,
     stream: StreamId,
     host: &HostContext,
-) -> Caller {
+) -> Result<Caller, ToolError> {
     let mut platform = non_empty(host.platform.clone());
     let mut group_id = non_empty(host.group_id.clone());
     if platform.is_none() || group_id.is_none() {
@@ -65,23 +74,57 @@ pub(crate) async fn planner_caller(
             }
         }
     }
-    Caller {
+    let platform = platform.unwrap_or_default();
+    let speaker = speaker(host.user_id.as_deref(), &platform)?;
+    let role = speaker_role(engine, speaker.as_ref(), group_id.as_deref());
+    Ok(Caller {
         owner: Owner::planner(stream.clone()),
-        role: Role::Admin,
+        requester: speaker,
+        role,
         stream_id: stream,
-        platform: platform.unwrap_or_default(),
+        platform,
         group_id,
+        door: Door::Planner,
+    })
+}
+
+/// The person the host says the planner speaks with; a `user_id` that names nobody valid is
+/// refused rather than dropped (dropping it would give the call `[planner] default_role`).
+pub(crate) fn speaker(user_id: Option<&str>, platform: &str) -> Result<Option<PersonId>, ToolError> {
+    let Some(user_id) = user_id.map(str::trim).filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    PersonId::new(platform, user_id).map(Some).map_err(|e| {
+        ToolError::new(format!(
+            "the host's user_id `{user_id}` is not a person on platform `{platform}` ({e}); the \
+             host must send the platform with the user_id"
+        ))
+    })
+}
+
+/// The speaker's role in the stream, or `[planner] default_role` without a speaker.
+pub(crate) fn speaker_role(engine: &Engine, speaker: Option<&PersonId>, group_id: Option<&str>) -> Role {
+    let snapshot = engine.config.load();
+    match speaker {
+        Some(person) => snapshot.permissions.resolve(&Speaker {
+            platform: &person.platform,
+            user_id: &person.user_id,
+            group_id,
+        }),
+        None => snapshot.config.planner.default_role,
     }
 }
 
-/// Resolves `reference` among the tasks of the caller's stream only.
+/// Resolves `reference` among the tasks of the caller's stream only, whoever they act for
+/// (what the caller may see or do with the task is checked after).
 pub(crate) async fn resolve_in_stream(
     engine: &Engine,
     caller: &Caller,
     reference: &str,
 ) -> Result<TaskRecord, EngineError> {
     let reference = reference.trim();
-    match engine.resolve(caller, reference).await {
+    let reader = Caller::token(caller.stream_id.clone(), caller.platform.clone(), None);
+    match engine.resolve(&reader, reference).await {
         Ok(task) if task.stream_id == caller.stream_id => Ok(task),
         Ok(_) | Err(EngineError::Ambiguous { .. }) => {
             // Another stream's task, or ambiguous across all streams; another stream's tasks
@@ -92,7 +135,7 @@ pub(crate) async fn resolve_in_stream(
                 stream_id: Some(caller.stream_id.clone()),
                 ..TaskFilter::default()
             };
-            resolve_among(engine.list(caller, filter).await?, reference)
+            resolve_among(engine.list_stream(caller, filter).await?, reference)
         }
         Err(error) => Err(error),
     }

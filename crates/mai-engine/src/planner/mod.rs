@@ -3,10 +3,16 @@
 //!
 //! These are adapters: the `subagent_*` tools go through the task manager facade, `search_users`
 //! and `send_message` run the agent-loop implementations from `mai-tools` (one implementation,
-//! two channels), the MCP proxy tools through [`McpProxy`]. The planner is a trusted host
-//! component, so every call runs as **admin** with owner `planner:{stream_id}`, the stream taken
-//! from the call's `stream_id` argument; what keeps one conversation's planner away from another
-//! conversation's tasks is **stream isolation** ([`isolation`]), not the role.
+//! two channels), the MCP proxy tools through [`McpProxy`]. A call acts as the person the
+//! planner speaks with (the host's `user_id`): with their role in the stream, for them — never
+//! above them; without a speaker, at `[planner] default_role` for nobody. What keeps one
+//! conversation's planner away from another conversation's tasks is **stream isolation**
+//! ([`isolation`]).
+//!
+//! Host context reaches a call inside its arguments, put there by the front door: `chat_id`
+//! always; `platform`, `group_id` and `user_id` under their own names for tools whose schema does
+//! not declare them, and as `host_platform`, `host_group_id`, `host_user_id` for tools whose
+//! schema does (`send_message`'s target). The door removes any of these keys the model wrote.
 //! Must not: expose a dangerous tool (file write, command execution), or let a model-given field
 //! widen what the host-injected `chat_id` allows.
 
@@ -21,7 +27,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use mai_core::capabilities::McpProxy;
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::StreamId;
 use mai_core::role::Role;
 use mai_core::task::TaskId;
 use mai_core::tool::{
@@ -97,42 +103,66 @@ pub fn planner_registry(
     Ok(registry)
 }
 
-/// Runs one planner tool call as the planner (admin). Identity comes from the call's arguments
-/// (`stream_id`, host-injected `chat_id`), so the context here carries no conversation of its
-/// own; front ends (MCP server, HTTP API) call this rather than building a context.
+/// Runs one planner tool call as the speaker the host named (see the module comment); front ends
+/// (MCP server, HTTP API) call this rather than building a context.
 pub async fn call_planner_tool(
     engine: &Engine,
     registry: &ToolRegistry,
     name: &str,
     args: Value,
 ) -> ToolOutcome {
-    // A placeholder stream: no stream is known before the arguments are read, and handlers
-    // never act on the context's stream.
-    let stream = match StreamId::new("planner") {
+    let schema = registry.get(name).map(|tool| tool.parameters().clone());
+    let host = host_context(&args, schema.as_ref());
+    // A placeholder stream for a call that names no conversation (a direct API call).
+    let stream = host.chat_id.clone().unwrap_or_else(|| "planner".to_owned());
+    let stream = match StreamId::new(stream.trim()) {
         Ok(stream) => stream,
         Err(e) => return ToolOutcome::error(OutcomeKind::Failed, e.to_string()),
     };
-    let ctx = planner_context(engine, &stream, "", CancellationToken::new());
+    let caller = match isolation::planner_caller(engine, stream, &host).await {
+        Ok(caller) => caller,
+        Err(error) => return ToolOutcome::error(OutcomeKind::Failed, error.0),
+    };
+    let ctx = ToolContext::new(
+        TaskId(uuid::Uuid::nil()),
+        caller.owner,
+        caller.stream_id,
+        caller.platform,
+        Arc::new(FixedRole(caller.role)),
+        CancellationToken::new(),
+        engine.config.config(),
+    )
+    .with_requester(caller.requester);
+    // The channel gate: every planner tool is for the planner; each acts as `ctx`'s speaker.
     registry.execute(name, Role::Admin, args, &ctx).await
 }
 
-/// A tool context for the planner in `stream`: owner `planner:{stream}`, role admin, and no task
-/// (the nil task id: a planner call is not a task).
-pub(crate) fn planner_context(
-    engine: &Engine,
-    stream: &StreamId,
-    platform: &str,
-    cancel: CancellationToken,
-) -> ToolContext {
-    ToolContext::new(
-        TaskId(uuid::Uuid::nil()),
-        Owner::planner(stream.clone()),
-        stream.clone(),
-        platform,
-        Arc::new(FixedRole(Role::Admin)),
-        cancel,
-        engine.config.config(),
-    )
+/// The host context a front door put into `args` (see the module comment).
+fn host_context(args: &Value, schema: Option<&Value>) -> isolation::HostContext {
+    let declared = |key: &str| {
+        schema
+            .and_then(|schema| schema.get("properties"))
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.contains_key(key))
+    };
+    let read = |key: &str| {
+        let key = if declared(key) {
+            format!("host_{key}")
+        } else {
+            key.to_owned()
+        };
+        match args.get(&key) {
+            Some(Value::String(text)) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+            Some(Value::Number(number)) => Some(number.to_string()),
+            _ => None,
+        }
+    };
+    isolation::HostContext {
+        chat_id: read("chat_id"),
+        platform: read("platform"),
+        group_id: read("group_id"),
+        user_id: read("user_id"),
+    }
 }
 
 /// A planner handler built on its first call (SYSTEM.md §7: handlers are built lazily): a host

@@ -11,17 +11,14 @@ use std::sync::{Arc, OnceLock, Weak};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
-use mai_core::ids::StreamId;
 use mai_core::role::Role;
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolDefinitionError, ToolError, ToolRegistry, TypedTool,
     Visibility,
 };
 
-use super::isolation::{HostContext, planner_caller};
-use super::{lazy, planner_context};
+use super::lazy;
 use crate::engine::Engine;
 use crate::tool_capabilities::EngineCapabilities;
 
@@ -32,10 +29,6 @@ const SEND_MESSAGE: &str = "Send a message right now to another chat: a stream, 
 person (proactive messaging). Give exactly one target: stream_id, group_id or user_id \
 (search_users finds them). Not for answering this conversation (just reply), and not for work \
 that takes steps or must happen later (subagent_create).";
-
-/// The stream used for a planner call that carries no conversation at all (no `chat_id`, no
-/// `stream_id`): only the owner string of the send depends on it.
-const NO_CONVERSATION: &str = "planner";
 
 /// The engine and the agent-loop tools the planner shares, built on first use.
 pub(super) struct Shared {
@@ -64,26 +57,12 @@ impl Shared {
             .map_err(ToolError::new)
     }
 
-    /// Runs the agent-loop tool `name` as the planner of `stream`.
-    async fn run(
-        &self,
-        name: &str,
-        args: Value,
-        stream: Option<String>,
-        host: HostContext,
-    ) -> Result<Value, ToolError> {
+    /// Runs the agent-loop tool `name` as the planner call `ctx` (the speaker, with their role
+    /// in the current conversation), under the same role gates as an agent task.
+    async fn run(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         let engine = self.engine()?;
         let tools = self.tools(&engine)?;
-        let stream = StreamId::new(stream.unwrap_or_else(|| NO_CONVERSATION.to_owned()))
-            .map_err(ToolError::new)?;
-        let caller = planner_caller(&engine, stream, &host).await;
-        let ctx = planner_context(
-            &engine,
-            &caller.stream_id,
-            &caller.platform,
-            CancellationToken::new(),
-        );
-        let outcome = tools.execute(name, Role::Admin, args, &ctx).await;
+        let outcome = tools.execute(name, ctx.role(), args, ctx).await;
         if outcome.is_ok() {
             return Ok(outcome.value);
         }
@@ -149,9 +128,6 @@ struct SearchUsersArgs {
     /// Default: both.
     chat_type: Option<ChatType>,
     platform: Option<String>,
-    #[schemars(skip)]
-    #[serde(default)]
-    chat_id: Option<String>,
 }
 
 struct SearchUsers(Arc<Shared>);
@@ -159,7 +135,7 @@ struct SearchUsers(Arc<Shared>);
 impl TypedTool for SearchUsers {
     type Args = SearchUsersArgs;
 
-    async fn call(&self, _ctx: &ToolContext, args: SearchUsersArgs) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: SearchUsersArgs) -> Result<Value, ToolError> {
         let mut forwarded = Map::new();
         if let Some(keyword) = args.keyword {
             forwarded.insert("keyword".into(), keyword.into());
@@ -175,12 +151,7 @@ impl TypedTool for SearchUsers {
             forwarded.insert("platform".into(), platform.into());
         }
         self.0
-            .run(
-                "search_users",
-                Value::Object(forwarded),
-                args.chat_id,
-                HostContext::default(),
-            )
+            .run("search_users", Value::Object(forwarded), ctx)
             .await
     }
 }
@@ -208,7 +179,7 @@ struct SendMessage(Arc<Shared>);
 impl TypedTool for SendMessage {
     type Args = SendMessageArgs;
 
-    async fn call(&self, _ctx: &ToolContext, args: SendMessageArgs) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: SendMessageArgs) -> Result<Value, ToolError> {
         let mut forwarded = Map::new();
         forwarded.insert("text".into(), args.text.into());
         let optional_strings = [
@@ -228,15 +199,10 @@ impl TypedTool for SendMessage {
                 forwarded.insert(key.into(), value.into());
             }
         }
-        // The sender is the planner of the current conversation (the host's chat_id); the
-        // target is chosen by the shared tool, which may be another stream on purpose.
+        // The sender is the planner of the current conversation (the host's chat_id), acting
+        // for the speaker; the target is chosen by the shared tool, under the speaker's reach.
         self.0
-            .run(
-                "send_message",
-                Value::Object(forwarded),
-                args.chat_id,
-                HostContext::default(),
-            )
+            .run("send_message", Value::Object(forwarded), ctx)
             .await
     }
 }

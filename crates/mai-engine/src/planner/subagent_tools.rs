@@ -137,6 +137,7 @@ impl From<Injected> for HostContext {
             chat_id: injected.chat_id,
             platform: injected.platform,
             group_id: injected.group_id,
+            user_id: injected.user_id,
         }
     }
 }
@@ -158,7 +159,7 @@ impl Facade {
             .ok_or_else(|| ToolError::new("the engine is stopping; try again after the restart"))?;
         let host = HostContext::from(injected);
         let stream = current_stream(stream_id, &host)?;
-        let caller = planner_caller(&engine, stream, &host).await;
+        let caller = planner_caller(&engine, stream, &host).await?;
         Ok((engine, caller))
     }
 
@@ -306,15 +307,9 @@ async fn create(
     injected: Injected,
     request: CreateTask,
 ) -> Result<Value, ToolError> {
-    let user_id = injected.user_id.clone();
+    // The task acts for the speaker (the caller's requester): it runs with their role and
+    // their reply in the stream answers its questions.
     let (engine, caller) = facade.enter(stream_id, injected).await?;
-    // The person the host says the planner is talking to answers the task's questions.
-    let requester = non_empty(user_id)
-        .and_then(|user| mai_core::ids::PersonId::new(&caller.platform, &user).ok());
-    let request = CreateTask {
-        requester,
-        ..request
-    };
     let task = engine.create(&caller, request).await.map_err(failed)?;
     let mut result = summary(&task);
     if let Some(object) = result.as_object_mut() {
@@ -371,7 +366,7 @@ impl TypedTool for List {
             limit: Some(LIST_LIMIT),
             ..TaskFilter::default()
         };
-        let tasks = engine.list(&caller, filter).await.map_err(failed)?;
+        let tasks = engine.list_stream(&caller, filter).await.map_err(failed)?;
         let tasks: Vec<Value> = tasks.iter().map(summary).collect();
         Ok(json!({"success": true, "count": tasks.len(), "tasks": tasks}))
     }
@@ -398,11 +393,26 @@ impl TypedTool for Status {
         _ctx: &mai_core::tool::ToolContext,
         args: TaskArgs,
     ) -> Result<Value, ToolError> {
-        let (_, _, task) = self
+        let (_, caller, task) = self
             .0
             .task(&args.stream_id, &args.task_id, args.injected)
             .await?;
         let mut result = summary(&task);
+        if !caller.may_see(&task) {
+            // Another person's task: how it stands and what it found, nothing of what it was
+            // asked or is asking (that is for its requester or an admin).
+            if let Some(object) = result.as_object_mut() {
+                object.insert("success".into(), true.into());
+                if let Some(answer) = &task.metadata.answer {
+                    object.insert("answer".into(), answer.clone().into());
+                }
+                object.insert(
+                    "note".into(),
+                    "this task acts for someone else: only its status and answer are shown".into(),
+                );
+            }
+            return Ok(result);
+        }
         if let Some(object) = result.as_object_mut() {
             object.insert("success".into(), true.into());
             object.insert("intent".into(), task.intent.clone().into());
@@ -461,7 +471,7 @@ impl TypedTool for Modify {
             .await?;
         // The facade answers a waiting task and queues an instruction for a running one.
         let task = engine
-            .inject(&caller, &task.id.to_string(), &args.inject_instruction)
+            .inject_into(&caller, task, &args.inject_instruction)
             .await
             .map_err(failed)?;
         let applied = if task.status == TaskStatus::WaitingInput {
@@ -492,10 +502,7 @@ impl TypedTool for Delete {
             .0
             .task(&args.stream_id, &args.task_id, args.injected)
             .await?;
-        let task = engine
-            .cancel(&caller, &task.id.to_string())
-            .await
-            .map_err(failed)?;
+        let task = engine.cancel_task(&caller, task).await.map_err(failed)?;
         let result = if task.status == TaskStatus::Running {
             "stopping at its next step"
         } else {
@@ -524,8 +531,15 @@ impl TypedTool for History {
             .0
             .task(&args.stream_id, &args.task_id, args.injected)
             .await?;
+        if !caller.may_see(&task) {
+            return Err(ToolError::new(format!(
+                "task {} acts for someone else: its history is for its requester or an admin; \
+                 subagent_status shows its status and answer",
+                task.id.short()
+            )));
+        }
         let history = engine
-            .history(&caller, &task.id.to_string())
+            .history(&Caller::token(caller.stream_id.clone(), String::new(), None), &task.id.to_string())
             .await
             .map_err(failed)?;
         let status_log: Vec<Value> = history
