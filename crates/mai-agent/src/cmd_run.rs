@@ -5,11 +5,11 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result, bail};
 use mai_core::host::{ChatTarget, Host};
-use mai_core::ids::Owner;
+use mai_core::ids::PersonId;
 use mai_core::role::Role;
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus};
 use mai_engine::events::TaskEvent;
-use mai_engine::manager::{Caller, CreateTask};
+use mai_engine::manager::{Caller, CreateTask, Door};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -35,7 +35,7 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
     let App { engine, host, mcp } = app;
     // MCP servers are child processes: stop them however this command ends.
     let _mcp_guard = McpShutdown(mcp);
-    let owner = Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?;
+    let person = PersonId::new(CONSOLE_PLATFORM, CONSOLE_USER)?;
     // The console chat the task lives in (a private chat of the person at the terminal).
     let stream = host
         .open_stream(
@@ -46,11 +46,8 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
         )
         .await?;
     let caller = Caller {
-        owner: owner.clone(),
-        role: args.role,
-        stream_id: stream.clone(),
-        platform: CONSOLE_PLATFORM.into(),
-        group_id: None,
+        door: Door::Local,
+        ..Caller::person(person.clone(), args.role, stream.clone(), None)
     };
     let mut events = engine.subscribe();
     engine.start().await?;
@@ -100,7 +97,7 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
             TaskEvent::Question { task_id, .. } if task_id == task.id => {
                 let answer = ask_terminal().await?;
                 crate::console::ingest_line(&host, &args.stream, &answer).await?;
-                engine.handle_user_reply(&owner, &stream, &answer).await?;
+                engine.handle_user_reply(&person, &stream, &answer).await?;
             }
             TaskEvent::Status {
                 task_id, status, ..

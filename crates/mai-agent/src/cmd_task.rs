@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::{TaskRecord, TaskStatus};
 use mai_engine::engine::Engine;
-use mai_engine::manager::Caller;
+use mai_engine::manager::{Caller, Door};
 
 use crate::console::{CONSOLE_PLATFORM, CONSOLE_USER};
 
@@ -35,11 +35,13 @@ pub enum TaskCommand {
 
 fn operator() -> Result<Caller> {
     Ok(Caller {
-        owner: Owner::person(CONSOLE_PLATFORM, CONSOLE_USER)?,
-        role: Role::Admin,
-        stream_id: StreamId::new(format!("{CONSOLE_PLATFORM}:{CONSOLE_USER}"))?,
-        platform: CONSOLE_PLATFORM.into(),
-        group_id: None,
+        door: Door::Local,
+        ..Caller::person(
+            PersonId::new(CONSOLE_PLATFORM, CONSOLE_USER)?,
+            Role::Admin,
+            StreamId::new(format!("{CONSOLE_PLATFORM}:{CONSOLE_USER}"))?,
+            None,
+        )
     })
 }
 

@@ -247,9 +247,10 @@ pub struct TaskMetadata {
     /// created, its parent's depth + 1 for a `create_subtask` child.
     #[serde(skip_serializing_if = "is_zero")]
     pub depth: u32,
-    /// The role of a task that acts for nobody (no requester), when the door that made it fixed
-    /// one: the API token's tasks are admin. Without it such a task runs at `[planner]
-    /// default_role`. Sub-tasks inherit it.
+    /// The role the door that made the task fixed for it, whatever `[permission]` says: the API
+    /// token's tasks (no requester) are admin; `mai-agent run --role` chooses one. Without it a
+    /// task runs with its requester's role, or `[planner] default_role` when it has none.
+    /// Sub-tasks and reply tasks inherit it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixed_role: Option<crate::role::Role>,
     /// A reply task: it delivers the result of `parent_task_id` (it was not created by it as a

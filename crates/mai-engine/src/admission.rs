@@ -52,7 +52,11 @@ impl Admission {
     }
 
     /// Refuses `task` when it would exceed a cap of the live `[limits]`.
-    pub(crate) async fn check(&self, engine: &Engine, task: &TaskRecord) -> Result<(), EngineError> {
+    pub(crate) async fn check(
+        &self,
+        engine: &Engine,
+        task: &TaskRecord,
+    ) -> Result<(), EngineError> {
         let limits = engine.config.config().limits.clone();
         let counts = engine
             .store
@@ -98,7 +102,9 @@ pub(crate) fn refuse_over_limits(
             counts.unfinished_by_requester + 1,
             limits.max_active_per_requester,
             "max_active_per_requester",
-            format!("{who} may have this many unfinished tasks; wait for one to finish or cancel one"),
+            format!(
+                "{who} may have this many unfinished tasks; wait for one to finish or cancel one"
+            ),
         ),
         (
             true,

@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use mai_core::clock::Clock;
+use mai_core::config::ConfigSnapshot;
 use mai_core::config::LiveConfig;
 use mai_core::host::Host;
-use mai_core::config::ConfigSnapshot;
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::ChatModel;
 use mai_core::permission::Speaker;
@@ -160,8 +160,9 @@ impl WaitingIndex {
     }
 }
 
-/// The role a task runs with: its requester's role in the task's stream; for a task acting for
-/// nobody, the role its door fixed, else `[planner] default_role`. Re-resolved from the live
+/// The role a task runs with: the role its door fixed (the API token's: admin; the terminal
+/// operator's choice), else its requester's role in the task's stream, else (a planner task
+/// without a speaker) `[planner] default_role`. Re-resolved from the live
 /// config on every call, so a permission change applies to running tasks.
 struct TaskRole {
     config: Arc<LiveConfig>,
@@ -181,13 +182,13 @@ impl TaskRole {
     }
 
     fn resolve(&self, snapshot: &ConfigSnapshot) -> Role {
-        match (&self.requester, self.fixed_role) {
-            (Some(person), _) => snapshot.permissions.resolve(&Speaker {
+        match (self.fixed_role, &self.requester) {
+            (Some(role), _) => role,
+            (None, Some(person)) => snapshot.permissions.resolve(&Speaker {
                 platform: &person.platform,
                 user_id: &person.user_id,
                 group_id: self.group_id.as_deref(),
             }),
-            (None, Some(role)) => role,
             (None, None) => snapshot.config.planner.default_role,
         }
     }

@@ -54,6 +54,9 @@ pub enum Door {
     Planner,
     /// A program holding the API token, naming no person: admin, and so are its tasks.
     Token,
+    /// The operator at the terminal (`mai-agent run`, `mai-agent task`): the role it names is
+    /// the role of its tasks, whatever `[permission]` says about the console.
+    Local,
     /// An agent task's own tools (`create_subtask`, `inject_task`, …), acting for the task's
     /// requester with the task's role.
     Task,
@@ -490,7 +493,9 @@ impl Engine {
         text: &str,
     ) -> Result<TaskRecord, EngineError> {
         check_length("answer", text, MAX_INSTRUCTION_CHARS)?;
-        let task = self.resolve_for_change(caller, reference, Change::Steer).await?;
+        let task = self
+            .resolve_for_change(caller, reference, Change::Steer)
+            .await?;
         if task.status != TaskStatus::WaitingInput {
             return Err(EngineError::WrongState {
                 short: task.id.short(),
@@ -538,7 +543,9 @@ impl Engine {
 
     /// Pauses a task; a running one pauses at its next await and resumes from its checkpoint.
     pub async fn pause(&self, caller: &Caller, reference: &str) -> Result<TaskRecord, EngineError> {
-        let task = self.resolve_for_change(caller, reference, Change::Stop).await?;
+        let task = self
+            .resolve_for_change(caller, reference, Change::Stop)
+            .await?;
         self.stop_task(
             task,
             StopReason::Pause {
@@ -608,7 +615,9 @@ impl Engine {
         caller: &Caller,
         reference: &str,
     ) -> Result<TaskRecord, EngineError> {
-        let mut task = self.resolve_for_change(caller, reference, Change::Steer).await?;
+        let mut task = self
+            .resolve_for_change(caller, reference, Change::Steer)
+            .await?;
         if task.status != TaskStatus::Paused {
             return Err(EngineError::WrongState {
                 short: task.id.short(),
@@ -689,12 +698,13 @@ async fn first_run(
             Ok((TaskStatus::Scheduled, Some(due)))
         }
         Trigger::Cron { expr } => {
-            let next = next_fire_blocking(expr, now)
-                .await
-                .map_err(|detail| EngineError::InvalidCron {
-                    expr: expr.clone(),
-                    detail,
-                })?;
+            let next =
+                next_fire_blocking(expr, now)
+                    .await
+                    .map_err(|detail| EngineError::InvalidCron {
+                        expr: expr.clone(),
+                        detail,
+                    })?;
             Ok((TaskStatus::Scheduled, Some(next)))
         }
     }
@@ -702,7 +712,8 @@ async fn first_run(
 
 /// Who a new task acts for: a sub-task inherits its parent's requester and fixed role and
 /// nests one level deeper; a planner's task acts for the speaker; a token holder's task acts
-/// for nobody, as admin; a person's task acts for its owner.
+/// for nobody, as admin; a person's task acts for its owner; the terminal operator's tasks run
+/// with the role it chose.
 fn acts_for(task: &mut TaskRecord, caller: &Caller, parent: Option<&TaskRecord>) {
     if let Some(parent) = parent {
         task.metadata.parent_task_id = Some(parent.id);
@@ -714,7 +725,7 @@ fn acts_for(task: &mut TaskRecord, caller: &Caller, parent: Option<&TaskRecord>)
     if matches!(caller.owner, Owner::Planner(_)) {
         task.metadata.requester = caller.requester.clone();
     }
-    if caller.door == Door::Token {
-        task.metadata.fixed_role = Some(Role::Admin);
+    if matches!(caller.door, Door::Token | Door::Local) {
+        task.metadata.fixed_role = Some(caller.role);
     }
 }

@@ -117,7 +117,7 @@ async fn the_board_introduces_once_and_lists_waiting_tasks_when_they_change() {
             .unwrap()
             .contains("background sub-agents")
     );
-    let owner = mai_core::ids::Owner::person("qq", "user").unwrap();
+    let owner = mai_core::ids::PersonId::new("qq", "user").unwrap();
     h.engine
         .handle_user_reply(&owner, &s1, "yes")
         .await

@@ -279,8 +279,8 @@ async fn ask_user_waits_without_a_slot_and_the_owners_reply_resumes_it() {
     h.wait_status(quick.id, TaskStatus::Completed).await;
 
     // Replies from another person or another stream are ignored.
-    let owner = alice.owner.clone();
-    let stranger = mai_core::ids::Owner::person("qq", "bob").unwrap();
+    let owner = alice.requester.clone().unwrap();
+    let stranger = mai_core::ids::PersonId::new("qq", "bob").unwrap();
     let s1 = mai_core::ids::StreamId::new("s1").unwrap();
     let s2 = mai_core::ids::StreamId::new("s2").unwrap();
     assert_eq!(

@@ -266,7 +266,7 @@ async fn a_waiting_task_survives_a_crash_and_the_reply_continues_the_same_conver
         record(&engine, task_id).await.status,
         TaskStatus::WaitingInput
     );
-    let owner = mai_core::ids::Owner::person("qq", "user").unwrap();
+    let owner = mai_core::ids::PersonId::new("qq", "user").unwrap();
     let stream = mai_core::ids::StreamId::new("s").unwrap();
     assert_eq!(
         engine
@@ -660,7 +660,7 @@ async fn a_question_cut_off_by_a_crash_is_sent_on_the_next_start_and_only_then()
     .await;
     let mut events = engine.subscribe();
     engine.start().await.unwrap();
-    let owner = mai_core::ids::Owner::person("qq", "user").unwrap();
+    let owner = mai_core::ids::PersonId::new("qq", "user").unwrap();
     let stream = mai_core::ids::StreamId::new("s").unwrap();
     assert_eq!(
         engine

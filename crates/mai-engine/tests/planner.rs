@@ -752,8 +752,8 @@ async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_st
     );
     harness.wait_status(id, TaskStatus::WaitingInput).await;
     let stream = StreamId::new("grp-a").unwrap();
-    let alice = mai_core::ids::Owner::person("qq", "alice").unwrap();
-    let bob = mai_core::ids::Owner::person("qq", "bob").unwrap();
+    let alice = mai_core::ids::PersonId::new("qq", "alice").unwrap();
+    let bob = mai_core::ids::PersonId::new("qq", "bob").unwrap();
     // Someone else in the group, or alice in another stream: nothing wakes.
     let other = StreamId::new("grp-b").unwrap();
     assert_eq!(

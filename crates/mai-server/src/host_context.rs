@@ -85,9 +85,12 @@ impl HostContext {
     /// Puts the context into a call's arguments the way the planner tools read it.
     ///
     /// `chat_id` always replaces whatever the model put there: it is in no schema, so only the
-    /// host can mean it. `platform`, `group_id` and `user_id` are context only for tools whose
-    /// schema does not declare them (the `subagent_*` tools); where a schema declares them
-    /// (`send_message`'s target) they are the model's own parameters and stay untouched.
+    /// host can mean it. `platform`, `group_id` and `user_id` are context under their own names
+    /// for tools whose schema does not declare them (the `subagent_*` tools); where a schema
+    /// declares them (`send_message`'s target) they are the model's own parameters and stay
+    /// untouched, and the context goes in as `host_platform`, `host_group_id`, `host_user_id`.
+    /// A context key the model wrote and the host did not send is removed: the speaker
+    /// (`user_id`) decides a call's role, so only the host may name one.
     pub fn inject(&self, args: &mut Map<String, Value>, schema: &Value) {
         let declared = |key: &str| {
             schema
@@ -95,8 +98,13 @@ impl HostContext {
                 .and_then(Value::as_object)
                 .is_some_and(|properties| properties.contains_key(key))
         };
-        if let Some(chat_id) = &self.chat_id {
-            args.insert("chat_id".into(), chat_id.clone().into());
+        match &self.chat_id {
+            Some(chat_id) => {
+                args.insert("chat_id".into(), chat_id.clone().into());
+            }
+            None => {
+                args.remove("chat_id");
+            }
         }
         let context = [
             ("platform", &self.platform),
@@ -104,11 +112,15 @@ impl HostContext {
             ("user_id", &self.user_id),
         ];
         for (key, value) in context {
-            if let Some(value) = value
-                && !declared(key)
-            {
-                args.insert(key.into(), value.clone().into());
-            }
+            let key = if declared(key) {
+                format!("host_{key}")
+            } else {
+                key.to_owned()
+            };
+            match value {
+                Some(value) => args.insert(key, value.clone().into()),
+                None => args.remove(&key),
+            };
         }
     }
 }
@@ -194,7 +206,8 @@ mod tests {
         host.inject(&mut args, &send_schema);
         assert_eq!(
             Value::Object(args),
-            json!({"text": "hi", "user_id": "u9", "chat_id": "a"})
+            json!({"text": "hi", "user_id": "u9", "chat_id": "a", "host_platform": "qq",
+                   "host_user_id": "u1", "host_group_id": "g1"})
         );
         // subagent_create: they are context.
         let create_schema =
@@ -204,5 +217,24 @@ mod tests {
         assert_eq!(args["platform"], "qq");
         assert_eq!(args["group_id"], "g1");
         assert_eq!(args["user_id"], "u1");
+    }
+
+    #[test]
+    fn a_speaker_or_conversation_the_model_wrote_is_removed_when_the_host_sent_none() {
+        let host = HostContext::default();
+        let create_schema =
+            json!({"type": "object", "properties": {"intent": {}, "stream_id": {}}});
+        let mut args = object(json!({"intent": "x", "stream_id": "a", "user_id": "10001",
+            "platform": "qq", "group_id": "9", "chat_id": "a"}));
+        host.inject(&mut args, &create_schema);
+        assert_eq!(
+            Value::Object(args),
+            json!({"intent": "x", "stream_id": "a"})
+        );
+        let send_schema = json!({"type": "object", "properties": {
+            "text": {}, "group_id": {}, "user_id": {}, "platform": {}}});
+        let mut args = object(json!({"text": "hi", "user_id": "u9", "host_user_id": "10001"}));
+        host.inject(&mut args, &send_schema);
+        assert_eq!(Value::Object(args), json!({"text": "hi", "user_id": "u9"}));
     }
 }

@@ -4,8 +4,8 @@
 //! For each message, in this order: store it in the embedded host (so memory search and the
 //! planner see it), resolve the sender's role in that stream from the live `[permission]` config
 //! (SYSTEM.md §3), then either run it as a `/maitask` (`/mt`) chat command — the reply is sent
-//! back **raw**, never polished (§8, §10) — or offer it as the answer to a task of that sender
-//! waiting in that stream (§5.4: one reply wakes exactly one task).
+//! back **raw**, never polished (§8, §10) — or offer it as the answer to a task acting for that
+//! sender waiting in that stream (§5.4: one reply wakes exactly one task).
 //!
 //! Must not: decide permissions itself (the command facade checks roles and ownership), reach
 //! the store, or polish command replies.
@@ -13,7 +13,7 @@
 use serde::Serialize;
 
 use mai_core::host::{Delivery, Host};
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::role::Role;
 use mai_core::task::TaskId;
@@ -77,7 +77,7 @@ pub async fn deliver(
 ) -> Result<Inbound, InboundError> {
     // Checked before storing, so a malformed sender is refused with a message saying which
     // part is wrong rather than failing half-way inside the host.
-    let owner = Owner::person(&message.platform, &message.user_id)
+    let person = PersonId::new(&message.platform, &message.user_id)
         .map_err(|e| InboundError::Invalid(format!("platform/user_id: {e}")))?;
     if let Some(group_id) = &message.group_id
         && (group_id.trim().is_empty() || group_id.contains(':'))
@@ -94,13 +94,12 @@ pub async fn deliver(
     let stored = state.host.ingest_message(&message).await?;
     let stream_id = stored.stream_id;
     let role = role_of(state, &message);
-    let caller = Caller {
-        owner: owner.clone(),
+    let caller = Caller::person(
+        person.clone(),
         role,
-        stream_id: stream_id.clone(),
-        platform: message.platform.clone(),
-        group_id: message.group_id.clone(),
-    };
+        stream_id.clone(),
+        message.group_id.clone(),
+    );
     if let Some(reply) = handle_command(&state.engine, &caller, &message.text).await {
         let delivered = send_raw(state, &stream_id, &reply).await;
         return Ok(Inbound::Command {
@@ -111,7 +110,7 @@ pub async fn deliver(
     }
     match state
         .engine
-        .handle_user_reply(&owner, &stream_id, &message.text)
+        .handle_user_reply(&person, &stream_id, &message.text)
         .await?
     {
         Some(task_id) => Ok(Inbound::Answered { stream_id, task_id }),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Service, ask, message};
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::ChatResponse;
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
@@ -16,23 +16,21 @@ use mai_llm::ScriptedModel;
 use mai_server::{Inbound, InboundError, deliver};
 
 fn admin() -> Caller {
-    Caller {
-        owner: Owner::person("qq", "admin").unwrap(),
-        role: Role::Admin,
-        stream_id: StreamId::new("qq:admin").unwrap(),
-        platform: "qq".into(),
-        group_id: None,
-    }
+    Caller::person(
+        PersonId::new("qq", "admin").unwrap(),
+        Role::Admin,
+        StreamId::new("qq:admin").unwrap(),
+        None,
+    )
 }
 
 fn user_in_group(user: &str, group: &str) -> Caller {
-    Caller {
-        owner: Owner::person("qq", user).unwrap(),
-        role: Role::User,
-        stream_id: StreamId::new(format!("qq:group:{group}")).unwrap(),
-        platform: "qq".into(),
-        group_id: Some(group.into()),
-    }
+    Caller::person(
+        PersonId::new("qq", user).unwrap(),
+        Role::User,
+        StreamId::new(format!("qq:group:{group}")).unwrap(),
+        Some(group.into()),
+    )
 }
 
 #[tokio::test]

@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use mai_core::clock::SystemClock;
 use mai_core::config::{Config, LiveConfig, ServerConfig};
 use mai_core::ids::{Owner, StreamId};
-use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
 use mai_core::tool::ToolRegistry;
@@ -122,13 +121,7 @@ impl Served {
 
     /// Every task in the store, as the admin sees them.
     async fn tasks(&self) -> Vec<mai_core::task::TaskRecord> {
-        let admin = Caller {
-            owner: "test:admin".parse().unwrap(),
-            role: Role::Admin,
-            stream_id: StreamId::new("test").unwrap(),
-            platform: "test".into(),
-            group_id: None,
-        };
+        let admin = Caller::admin_reader("test").unwrap();
         self.engine
             .list(&admin, TaskFilter::default())
             .await

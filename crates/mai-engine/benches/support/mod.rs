@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use mai_core::config::{Config, LiveConfig};
 use mai_core::host::{ChatLine, Delivery, Host, HostError, Jargon, Persona};
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::StreamId;
 use mai_core::model::{
     ChatModel, ChatRequest, ChatResponse, MessageRole, ModelError, ModelPurpose, ToolCall,
 };
@@ -325,13 +325,12 @@ impl ChatModel for TimedModel {
 
 /// The benchmark user in chat `stream`.
 pub fn caller(stream: &str) -> Caller {
-    Caller {
-        owner: Owner::person("qq", USER).unwrap(),
-        role: Role::User,
-        stream_id: StreamId::new(stream).unwrap(),
-        platform: "qq".into(),
-        group_id: None,
-    }
+    Caller::person(
+        mai_core::ids::PersonId::new("qq", USER).unwrap(),
+        Role::User,
+        StreamId::new(stream).unwrap(),
+        None,
+    )
 }
 
 /// Waits until `id` reaches `status`, on the event stream. Events are best effort: after a lag

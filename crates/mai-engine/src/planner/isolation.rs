@@ -90,7 +90,10 @@ pub(crate) async fn planner_caller(
 
 /// The person the host says the planner speaks with; a `user_id` that names nobody valid is
 /// refused rather than dropped (dropping it would give the call `[planner] default_role`).
-pub(crate) fn speaker(user_id: Option<&str>, platform: &str) -> Result<Option<PersonId>, ToolError> {
+pub(crate) fn speaker(
+    user_id: Option<&str>,
+    platform: &str,
+) -> Result<Option<PersonId>, ToolError> {
     let Some(user_id) = user_id.map(str::trim).filter(|u| !u.is_empty()) else {
         return Ok(None);
     };
@@ -103,7 +106,11 @@ pub(crate) fn speaker(user_id: Option<&str>, platform: &str) -> Result<Option<Pe
 }
 
 /// The speaker's role in the stream, or `[planner] default_role` without a speaker.
-pub(crate) fn speaker_role(engine: &Engine, speaker: Option<&PersonId>, group_id: Option<&str>) -> Role {
+pub(crate) fn speaker_role(
+    engine: &Engine,
+    speaker: Option<&PersonId>,
+    group_id: Option<&str>,
+) -> Role {
     let snapshot = engine.config.load();
     match speaker {
         Some(person) => snapshot.permissions.resolve(&Speaker {

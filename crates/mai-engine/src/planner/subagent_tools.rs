@@ -539,7 +539,10 @@ impl TypedTool for History {
             )));
         }
         let history = engine
-            .history(&Caller::token(caller.stream_id.clone(), String::new(), None), &task.id.to_string())
+            .history(
+                &Caller::token(caller.stream_id.clone(), String::new(), None),
+                &task.id.to_string(),
+            )
             .await
             .map_err(failed)?;
         let status_log: Vec<Value> = history

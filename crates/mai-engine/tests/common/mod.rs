@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use mai_core::clock::Clock;
 use mai_core::config::{Config, LiveConfig};
 use mai_core::host::{ChatLine, Delivery, Host, HostError, Jargon, Persona};
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::StreamId;
 use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, ModelPurpose};
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
@@ -333,13 +333,12 @@ pub async fn wait_for(
 }
 
 pub fn caller(user: &str, role: Role, stream: &str) -> Caller {
-    Caller {
-        owner: Owner::person("qq", user).unwrap(),
+    Caller::person(
+        mai_core::ids::PersonId::new("qq", user).unwrap(),
         role,
-        stream_id: StreamId::new(stream).unwrap(),
-        platform: "qq".into(),
-        group_id: None,
-    }
+        StreamId::new(stream).unwrap(),
+        None,
+    )
 }
 
 pub async fn record(engine: &Engine, id: TaskId) -> TaskRecord {

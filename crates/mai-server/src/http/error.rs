@@ -84,6 +84,7 @@ impl From<EngineError> for ApiError {
             | EngineError::InvalidCron { .. } => StatusCode::BAD_REQUEST,
             EngineError::WrongState { .. } | EngineError::Transition(_) => StatusCode::CONFLICT,
             EngineError::Stopping => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::LimitReached(_) => StatusCode::TOO_MANY_REQUESTS,
             EngineError::Store(_) | EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, error.to_string())

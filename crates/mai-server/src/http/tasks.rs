@@ -17,9 +17,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use mai_core::host::{ChatTarget, Host};
-use mai_core::ids::{Owner, StreamId};
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::permission::Speaker;
-use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_engine::manager::{Caller, CreateTask};
@@ -49,15 +48,13 @@ fn reader() -> Result<Caller, ApiError> {
     Caller::admin_reader("http-api").map_err(ApiError::internal)
 }
 
-/// The caller for a change of `task`: admin, as the planner of the task's stream.
+/// The caller for a change of `task`: the token holder, admin, in the task's stream.
 fn acting_on(task: &TaskRecord) -> Caller {
-    Caller {
-        owner: Owner::planner(task.stream_id.clone()),
-        role: Role::Admin,
-        stream_id: task.stream_id.clone(),
-        platform: task.platform.clone(),
-        group_id: task.metadata.group_id.clone(),
-    }
+    Caller::token(
+        task.stream_id.clone(),
+        task.platform.clone(),
+        task.metadata.group_id.clone(),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,7 +152,7 @@ pub(crate) async fn create(
     };
     let caller = match body.user_id.as_deref() {
         Some(user_id) => {
-            let owner = Owner::person(&platform, user_id.trim())
+            let person = PersonId::new(&platform, user_id.trim())
                 .map_err(|e| ApiError::bad_request(format!("user_id: {e}")))?;
             let role = api
                 .state
@@ -168,21 +165,9 @@ pub(crate) async fn create(
                     user_id: user_id.trim(),
                     group_id: group_id.as_deref(),
                 });
-            Caller {
-                owner,
-                role,
-                stream_id: stream_id.clone(),
-                platform: platform.clone(),
-                group_id,
-            }
+            Caller::person(person, role, stream_id.clone(), group_id)
         }
-        None => Caller {
-            owner: Owner::planner(stream_id.clone()),
-            role: Role::Admin,
-            stream_id: stream_id.clone(),
-            platform: platform.clone(),
-            group_id,
-        },
+        None => Caller::token(stream_id.clone(), platform.clone(), group_id),
     };
     let request = CreateTask {
         level: body.level.unwrap_or(TaskLevel::Agent),
