@@ -1,13 +1,15 @@
 //! The file tools `read` and `write` (SYSTEM.md §5.3): discoverable, min_role user, confined to
-//! `data_dir/files/` unless an admin task runs with `[files] admin_open = true`.
+//! `data_dir/files/` unless an admin task runs with `[files] admin_open = true`; a non-admin
+//! task only reaches its requester's own space in there, under a quota.
 //!
-//! This module owns building the two definitions and the sandbox root they share; the path policy
-//! lives in [`policy`], each tool in its own file. It must not take a role, a root or a limit
-//! from the model's arguments: the role comes from the `ToolContext`, the limits from its config
-//! snapshot at each call.
+//! This module owns building the two definitions and the sandbox root they share; whose space a
+//! call reaches and its quota live in [`space`], the path policy in [`policy`], each tool in its
+//! own file. It must not take a role, a root or a limit from the model's arguments: the role and
+//! requester come from the `ToolContext`, the limits from its config snapshot at each call.
 
 mod policy;
 mod read;
+mod space;
 mod write;
 
 use std::io;
@@ -30,7 +32,8 @@ pub enum FilesError {
     Definition(#[from] ToolDefinitionError),
 }
 
-/// `read` and `write`, confined to `files_root` (normally `data_dir/files/`, created if missing).
+/// `read` and `write`, confined to `files_root` (normally `data_dir/files/`, created if missing):
+/// the whole of it for admins, a space per requester beneath it for everyone else.
 pub fn file_tools(files_root: PathBuf) -> Result<Vec<ToolDefinition>, FilesError> {
     let root_error = |source| FilesError::Root {
         path: files_root.clone(),
@@ -42,6 +45,7 @@ pub fn file_tools(files_root: PathBuf) -> Result<Vec<ToolDefinition>, FilesError
     let sandbox = Arc::new(Sandbox {
         root: files_root,
         dir,
+        quota_locks: space::QuotaLocks::default(),
     });
     Ok(vec![
         ToolDefinition::typed(
@@ -65,30 +69,32 @@ pub fn file_tools(files_root: PathBuf) -> Result<Vec<ToolDefinition>, FilesError
 struct Sandbox {
     root: PathBuf,
     dir: Dir,
+    quota_locks: space::QuotaLocks,
 }
 
 impl Sandbox {
-    /// Runs blocking file work off the async runtime, with the access this call's role allows.
+    /// Runs blocking file work off the async runtime, in the file space this call's role and
+    /// requester choose ([`space::root_for`], the only place that decides it).
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         ctx: &ToolContext,
-        work: impl FnOnce(&policy::Access<'_>) -> Result<T, ToolError> + Send + 'static,
+        work: impl FnOnce(&space::Space) -> Result<T, ToolError> + Send + 'static,
     ) -> Result<T, ToolError> {
-        let host_open = policy::opens_host(ctx);
+        let root = space::root_for(ctx)?;
+        let quota_mb = ctx.config().files.quota_mb;
         let sandbox = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
-            let access = sandbox.access(host_open);
-            work(&access)
+            let space = space::Space::open(
+                &sandbox.dir,
+                &sandbox.root,
+                &root,
+                &sandbox.quota_locks,
+                quota_mb,
+            )
+            .map_err(|e| ToolError::new(format!("cannot open your file space: {e}")))?;
+            work(&space)
         })
         .await
         .map_err(|e| ToolError::new(format!("file operation did not finish: {e}")))?
-    }
-
-    fn access(&self, host_open: bool) -> policy::Access<'_> {
-        if host_open {
-            policy::Access::Host { base: &self.root }
-        } else {
-            policy::Access::Confined(&self.dir)
-        }
     }
 }

@@ -3,7 +3,8 @@
 //! special file is ever read or written.
 //!
 //! Confined calls (user; admin unless `[files] admin_open`) go through one `cap_std::fs::Dir`
-//! opened on the sandbox root: every lookup resolves beneath it, so `..`, absolute paths and
+//! opened on the call's root (its file space, or the whole sandbox for an admin — see
+//! [`super::space`]): every lookup resolves beneath it, so `..`, absolute paths and
 //! symlinks cannot lead out by construction, and there is no gap between a check and the open.
 //! The textual checks below only turn the common mistakes into clear messages; they are not what
 //! keeps a path inside.
@@ -19,8 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use cap_fs_ext::OpenOptionsSyncExt;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
-use mai_core::role::Role;
-use mai_core::tool::{ToolContext, ToolError};
+use mai_core::tool::ToolError;
 
 /// Longest accepted path, in bytes (Linux `PATH_MAX`).
 const MAX_PATH_BYTES: usize = 4096;
@@ -50,24 +50,19 @@ pub enum PathRefused {
     ParentComponent,
 }
 
-/// Which filesystem one call may reach.
-pub(crate) enum Access<'a> {
-    /// Only beneath the sandbox root, through its `Dir`.
-    Confined(&'a Dir),
+/// Which filesystem one call may reach (chosen by [`super::space::root_for`]).
+pub(crate) enum Access {
+    /// Only beneath a root inside the sandbox (the caller's space, or the whole sandbox for an
+    /// admin), through its `Dir`.
+    Confined(Dir),
     /// The host filesystem (admin with `admin_open`); relative paths start at `base`.
-    Host { base: &'a Path },
+    Host { base: PathBuf },
 }
 
-impl Access<'_> {
+impl Access {
     pub(crate) fn is_confined(&self) -> bool {
         matches!(self, Access::Confined(_))
     }
-}
-
-/// Whether this call may reach the host filesystem: only an admin task, and only with
-/// `[files] admin_open`. The role comes from the context, never from the arguments.
-pub(crate) fn opens_host(ctx: &ToolContext) -> bool {
-    ctx.role() == Role::Admin && ctx.config().files.admin_open
 }
 
 /// Checks a path text: refuses what is never a valid path for these tools, and for a confined
@@ -128,7 +123,7 @@ pub(crate) enum Opened {
 /// path's metadata (so a device is not even opened, which can have side effects), then — the
 /// check that counts — from the metadata of the opened handle. The open is non-blocking so a
 /// FIFO swapped in between cannot hang the call.
-pub(crate) fn open_for_read(access: &Access<'_>, path: &Path) -> io::Result<Opened> {
+pub(crate) fn open_for_read(access: &Access, path: &Path) -> io::Result<Opened> {
     let options = read_options();
     let file = match access {
         Access::Confined(dir) => {
@@ -173,7 +168,7 @@ pub(crate) struct WriteTarget {
 /// Resolves where `write` puts `path`: follows a symlink at the final name (inside the sandbox
 /// for a confined call — one leading out fails here), creates the parent directories and opens
 /// the parent as a `Dir`, so the write itself is a single-name operation on a fixed handle.
-pub(crate) fn write_target(access: &Access<'_>, path: &Path) -> io::Result<WriteTarget> {
+pub(crate) fn write_target(access: &Access, path: &Path) -> io::Result<WriteTarget> {
     match access {
         Access::Confined(root) => {
             let path = match root.symlink_metadata(path) {
@@ -252,12 +247,12 @@ pub(crate) fn special_file_error(kind: fs::FileType) -> io::Error {
 pub(crate) fn io_failure(action: &str, path: &str, err: &io::Error, confined: bool) -> ToolError {
     match err.kind() {
         io::ErrorKind::NotFound if confined => ToolError::new(format!(
-            "cannot {action} `{path}`: no such file or directory (paths are relative to the \
-             sandbox root; read `.` to list it)"
+            "cannot {action} `{path}`: no such file or directory (paths are relative to your \
+             file space; read `.` to list it)"
         )),
         io::ErrorKind::PermissionDenied if confined => ToolError::new(format!(
-            "cannot {action} `{path}`: {err}; only files inside the sandbox are reachable \
-             (symlinks leading out are refused)"
+            "cannot {action} `{path}`: {err}; only files inside your file space are \
+             reachable (symlinks leading out are refused)"
         )),
         _ => ToolError::new(format!("cannot {action} `{path}`: {err}")),
     }

@@ -52,7 +52,8 @@ impl TypedTool for ReadTool {
         };
         let cancel = ctx.cancel_token().clone();
         self.0
-            .run(ctx, move |access| {
+            .run(ctx, move |space| {
+                let access = &space.access;
                 let confined = access.is_confined();
                 let path = policy::check_path(&args.path, confined).map_err(ToolError::new)?;
                 let failed = |e: io::Error| policy::io_failure("read", &args.path, &e, confined);

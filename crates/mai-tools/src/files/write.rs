@@ -3,24 +3,26 @@
 //! A replacement is atomic — a temporary file in the same directory, then a rename over the
 //! name — so a reader never sees half a file and a failed write leaves the old one. Every
 //! operation is on the parent directory's `Dir` handle with a single name, never on a path. It
-//! must not write to anything but a regular file, and must not accept more than
-//! `[files] max_write_bytes`.
+//! must not write to anything but a regular file, must not accept more than
+//! `[files] max_write_bytes` per call, and must not leave a non-admin space over its quota
+//! (`[files] quota_mb`, checked on every write and append before anything is written).
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_fs_ext::OpenOptionsSyncExt;
-use cap_std::fs::{File, Metadata, OpenOptions};
+use cap_std::fs::{Dir, File, Metadata, OpenOptions};
 use mai_core::tool::{ToolContext, ToolError, TypedTool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Sandbox;
-use super::policy::{self, WriteTarget};
+use super::policy::{self, Access, WriteTarget};
+use super::space::Quota;
 
 pub(super) const DESCRIPTION: &str = "Create or replace a text file in your file space (paths \
 relative to its root; missing directories are created), or append to it.";
@@ -50,7 +52,8 @@ impl TypedTool for WriteTool {
             )));
         }
         self.0
-            .run(ctx, move |access| {
+            .run(ctx, move |space| {
+                let access = &space.access;
                 let confined = access.is_confined();
                 let path = policy::check_path(&args.path, confined).map_err(ToolError::new)?;
                 if args.path.ends_with('/') {
@@ -60,12 +63,33 @@ impl TypedTool for WriteTool {
                     )));
                 }
                 let failed = |e: io::Error| policy::io_failure("write", &args.path, &e, confined);
+                // Held from the quota check to the end of the write; checked before anything
+                // (a missing directory included) is created.
+                let _quota_guard = space.quota.as_ref().map(Quota::lock);
+                if let (Some(quota), Access::Confined(root)) = (&space.quota, access) {
+                    let replaced = if args.append {
+                        0
+                    } else {
+                        replaced_len(root, &path)
+                    };
+                    quota.check(root, replaced, size)?;
+                }
                 let target = policy::write_target(access, &path).map_err(failed)?;
                 write_into(&target, args.content.as_bytes(), args.append).map_err(failed)?;
                 Ok(json!({"success": true, "path": args.path, "bytes_written": size}))
             })
             .await
     }
+}
+
+/// The size of the regular file a replacement of `path` frees (through a symlink inside the
+/// space, as the write goes); 0 when there is none or it cannot be told, which only makes the
+/// quota check stricter.
+fn replaced_len(root: &Dir, path: &Path) -> u64 {
+    root.metadata(path)
+        .ok()
+        .filter(Metadata::is_file)
+        .map_or(0, |meta| meta.len())
 }
 
 fn write_into(target: &WriteTarget, content: &[u8], append: bool) -> io::Result<()> {
