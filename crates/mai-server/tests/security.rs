@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::mcp::Mcp;
 use common::{Served, Service, ServiceOptions, TOKEN, call, json_of, serve, test_config};
 use mai_core::config::ServerConfig;
 use mai_core::host::PluginApi;
@@ -40,95 +41,6 @@ async fn start() -> (Service, Served) {
     let service = Service::start(ScriptedModel::default()).await;
     let served = serve_all(&service).await;
     (service, served)
-}
-
-// --- a raw MCP client over streamable HTTP (so the test controls every byte of `_meta`) ---
-
-struct Mcp<'a> {
-    served: &'a Served,
-    session: String,
-    next: u64,
-}
-
-fn mcp_request(served: &Served, session: Option<&str>) -> reqwest::RequestBuilder {
-    let mut request = served
-        .post("/mcp")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18");
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    request
-}
-
-/// The JSON-RPC message in a response body (SSE `data:` lines or plain JSON).
-fn rpc_of(body: &str) -> Value {
-    body.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .find(|message| message.get("id").is_some())
-        .or_else(|| serde_json::from_str(body).ok())
-        .unwrap_or_else(|| panic!("no JSON-RPC answer in {body}"))
-}
-
-impl<'a> Mcp<'a> {
-    async fn open(served: &'a Served) -> Mcp<'a> {
-        let response = mcp_request(served, None)
-            .json(
-                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "security", "version": "1"}}}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let session = response.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        response.text().await.unwrap();
-        let status = mcp_request(served, Some(&session))
-            .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert!(status.is_success(), "{status}");
-        Mcp {
-            served,
-            session,
-            next: 1,
-        }
-    }
-
-    async fn rpc(&mut self, method: &str, params: Value) -> Value {
-        self.next += 1;
-        let response = mcp_request(self.served, Some(&self.session))
-            .json(&json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        rpc_of(&response.text().await.unwrap())
-    }
-
-    /// `tools/call`; the tool's JSON outcome and `isError`.
-    async fn call(&mut self, name: &str, arguments: Value, meta: Value) -> (Value, bool) {
-        let answer = self
-            .rpc(
-                "tools/call",
-                json!({"name": name, "arguments": arguments, "_meta": meta}),
-            )
-            .await;
-        let result = &answer["result"];
-        assert!(result.is_object(), "{answer}");
-        let text = result["content"][0]["text"].as_str().unwrap();
-        (
-            serde_json::from_str(text).unwrap(),
-            result["isError"] == true,
-        )
-    }
 }
 
 async fn planner(served: &Served, tool: &str, arguments: Value, context: Value) -> (u16, Value) {

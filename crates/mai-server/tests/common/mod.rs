@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub mod mcp;
+
 use async_trait::async_trait;
 use mai_core::clock::SystemClock;
 use mai_core::config::{Config, LiveConfig, ServerConfig};
