@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::StreamId;
+use crate::ids::{PersonId, StreamId};
 
 /// A host call that failed, with what was being done.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -180,6 +180,19 @@ pub trait Host: Send + Sync + 'static {
 
     /// What the host knows about a stream.
     async fn stream_info(&self, _stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
+        Ok(None)
+    }
+
+    /// Whether `person` belongs to `stream`: a private chat belongs to exactly its person; a group
+    /// to the people the host has seen in it (they wrote there, or are known as members). The
+    /// answer gates what a non-admin task may read and send to, so a host that cannot tell keeps
+    /// the default: no.
+    async fn is_member(&self, _person: &PersonId, _stream: &StreamId) -> Result<bool, HostError> {
+        Ok(false)
+    }
+
+    /// The name `person` goes by on their platform (their latest display name), if known.
+    async fn display_name(&self, _person: &PersonId) -> Result<Option<String>, HostError> {
         Ok(None)
     }
 

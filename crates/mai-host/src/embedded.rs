@@ -13,7 +13,7 @@ use mai_core::host::{
     ChatLine, ChatTarget, Delivery, Host, HostError, Jargon, MemoryQuery, Person, Persona,
     StreamInfo, UserHit, UserQuery,
 };
-use mai_core::ids::StreamId;
+use mai_core::ids::{PersonId, StreamId};
 use serde::{Deserialize, Serialize};
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -23,6 +23,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::channels::{ChannelSender, Channels, no_channel};
 use crate::error::{OpenError, corrupt, db};
 use crate::ingest::{IncomingMessage, IngestedMessage, ingest, insert_message};
+use crate::members;
 use crate::memory::{MemorySettings, search_memory};
 use crate::notes::{self, ContextNote};
 use crate::people::{self, NewPerson};
@@ -184,6 +185,15 @@ impl EmbeddedHost {
         let stored = people::add_person(&mut tx, person).await?;
         tx.commit().await.map_err(db("add a person"))?;
         Ok(stored)
+    }
+
+    /// Records `person` as a member of the group `stream` (a channel that knows a group's member
+    /// list); people who write in a group are members without it. Refused for an unknown stream,
+    /// a private chat or a group on another platform.
+    pub async fn add_member(&self, person: &PersonId, stream: &StreamId) -> Result<(), HostError> {
+        let (_turn, mut tx) = self.begin_write("add a group member").await?;
+        members::add_member(&mut tx, person, stream).await?;
+        tx.commit().await.map_err(db("add a group member"))
     }
 
     /// Adds `alias` to the person found by `person` (exact name or alias).
@@ -352,6 +362,16 @@ impl Host for EmbeddedHost {
     async fn stream_info(&self, stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
         let mut conn = self.read("read a stream").await?;
         streams::stream_info(&mut conn, stream).await
+    }
+
+    async fn is_member(&self, person: &PersonId, stream: &StreamId) -> Result<bool, HostError> {
+        let mut conn = self.read("check a membership").await?;
+        members::is_member(&mut conn, person, stream).await
+    }
+
+    async fn display_name(&self, person: &PersonId) -> Result<Option<String>, HostError> {
+        let mut conn = self.read("look up a display name").await?;
+        members::display_name(&mut conn, person).await
     }
 
     async fn open_stream(

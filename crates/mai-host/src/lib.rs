@@ -13,6 +13,7 @@ mod channels;
 mod embedded;
 mod error;
 mod ingest;
+mod members;
 pub mod memory;
 mod notes;
 mod onebot;

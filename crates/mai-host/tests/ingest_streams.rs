@@ -220,7 +220,7 @@ async fn the_host_shares_the_task_database_file() {
     host.ingest_message(&private_msg("1", "A", "hello", at(2024, 5, 1, 9, 0)))
         .await
         .unwrap();
-    assert_eq!(host.schema_version().await.unwrap(), 1);
+    assert_eq!(host.schema_version().await.unwrap(), 2);
     assert_eq!(store.schema_version().await.unwrap(), 2);
     host.close().await;
     store.close().await;

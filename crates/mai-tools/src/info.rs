@@ -3,22 +3,27 @@
 //!
 //! Owns argument checking (times, limits, which chat) and the compact result shapes. Limits are
 //! capped by `[search] max_results` from the call's config snapshot. A `chat_id` defaults to the
-//! task's own stream; a guest task may read only that stream (guests are people nobody granted
-//! anything, so they must not read other chats through a task). Must not invent data: what the
-//! host does not know comes back as "not found", host failures as errors saying what to do.
+//! task's own stream. `search_memory` and `fetch_history` read a chat's messages, so the chat must
+//! be within the task's reach ([`crate::reach`]: its own stream and its requester's chats, all for
+//! an admin). `get_frequency` reads a setting, not what was said: only a guest is kept to its own
+//! chat. `query_person` and `search_users` take no chat and return no messages (names, ids and the
+//! notes kept about a person). Must not invent data: what the host does not know comes back as
+//! "not found", host failures as errors saying what to do.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use mai_core::host::{ChatTarget, Host, HostError, MemoryMode, MemoryQuery, StreamInfo, UserQuery};
 use mai_core::ids::StreamId;
-use mai_core::role::Role;
+use mai_core::role::{Role, require};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::reach::{Reach, check_reach};
 
 /// `fetch_history` returns at most this many messages, whatever `[search] max_results` says.
 pub const MAX_HISTORY: u32 = 50;
@@ -125,7 +130,7 @@ impl TypedTool for SearchMemory {
     type Args = SearchMemoryArgs;
 
     async fn call(&self, ctx: &ToolContext, args: SearchMemoryArgs) -> Result<Value, ToolError> {
-        let stream = chat_of(ctx, args.chat_id.as_deref())?;
+        let stream = chat_to_read(self.0.as_ref(), ctx, args.chat_id.as_deref()).await?;
         let time_start = parse_time("time_start", args.time_start.as_deref())?;
         let time_end = parse_time("time_end", args.time_end.as_deref())?;
         if let (Some(start), Some(end)) = (time_start, time_end)
@@ -181,7 +186,7 @@ impl TypedTool for FetchHistory {
     type Args = FetchHistoryArgs;
 
     async fn call(&self, ctx: &ToolContext, args: FetchHistoryArgs) -> Result<Value, ToolError> {
-        let stream = chat_of(ctx, args.chat_id.as_deref())?;
+        let stream = chat_to_read(self.0.as_ref(), ctx, args.chat_id.as_deref()).await?;
         let limit = Limit::new(ctx, args.limit, 20, MAX_HISTORY);
         let lines = self
             .0
@@ -323,6 +328,12 @@ impl TypedTool for GetFrequency {
 
     async fn call(&self, ctx: &ToolContext, args: GetFrequencyArgs) -> Result<Value, ToolError> {
         let stream = chat_of(ctx, args.chat_id.as_deref())?;
+        if require(ctx.role(), Role::User).is_err() && &stream != ctx.stream_id() {
+            return Err(ToolError::new(format!(
+                "a guest task may only read its own chat; leave chat_id out (this chat is `{}`)",
+                ctx.stream_id()
+            )));
+        }
         let frequency = self
             .0
             .talk_frequency(&stream)
@@ -340,19 +351,22 @@ impl TypedTool for GetFrequency {
     }
 }
 
-/// The chat a call is about: the given `chat_id`, else the task's stream. A guest task may only
-/// read its own stream.
+/// The chat a call is about: the given `chat_id`, else the task's stream.
 fn chat_of(ctx: &ToolContext, chat_id: Option<&str>) -> Result<StreamId, ToolError> {
-    let Some(chat_id) = chat_id.map(str::trim).filter(|c| !c.is_empty()) else {
-        return Ok(ctx.stream_id().clone());
-    };
-    let stream = StreamId::new(chat_id).map_err(ToolError::new)?;
-    if ctx.role() == Role::Guest && &stream != ctx.stream_id() {
-        return Err(ToolError::new(format!(
-            "a guest task may only read its own chat; leave chat_id out (this chat is `{}`)",
-            ctx.stream_id()
-        )));
+    match chat_id.map(str::trim).filter(|c| !c.is_empty()) {
+        Some(chat_id) => StreamId::new(chat_id).map_err(ToolError::new),
+        None => Ok(ctx.stream_id().clone()),
     }
+}
+
+/// The chat whose messages a call reads: [`chat_of`], refused unless the task may read it.
+async fn chat_to_read(
+    host: &dyn Host,
+    ctx: &ToolContext,
+    chat_id: Option<&str>,
+) -> Result<StreamId, ToolError> {
+    let stream = chat_of(ctx, chat_id)?;
+    check_reach(host, ctx, &stream, Reach::Read).await?;
     Ok(stream)
 }
 

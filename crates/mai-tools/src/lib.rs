@@ -5,6 +5,9 @@ pub mod budget;
 pub mod files;
 pub mod info;
 pub mod plugin_api;
+pub mod reach;
 pub mod send_message;
 pub mod shell;
 pub mod tasks;
+
+pub use reach::{Reach, check_reach};

@@ -9,15 +9,24 @@
 //! `chat_id` itself is never a target: it can only remove a target, so forging it gains nothing.
 //! That is why this tool's arguments tolerate unknown keys, unlike the other tools.
 //!
-//! Relayed words name their author: with `on_behalf_of`, the text goes out as "<name>: text" and
-//! unpolished (polishing would rewrite someone else's words and could drop the name).
+//! The resolved chat must be within the task's reach ([`crate::reach`], checked after a
+//! `group_id`/`user_id` is opened and before anything is delivered): for a user task its own
+//! stream, its requester's private chat and the groups the requester belongs to; every chat for
+//! an admin task.
+//!
+//! Relayed words name their real author: with `relay`, the text goes out as
+//! "<display name> (<platform:user_id>): text" — the requester of the task, never a name from the
+//! arguments (the account id is always shown, since a display name is self-chosen) — and
+//! unpolished (polishing would rewrite someone else's words and could drop the name). The old
+//! `on_behalf_of` is no longer in the schema; a model that still sends it gets a relay in the
+//! requester's name, whatever name it gave.
 //! Must not: send anywhere but the one resolved target, or bypass the reply path.
 
 use std::sync::Arc;
 
 use mai_core::capabilities::Messenger;
 use mai_core::host::{ChatTarget, Host};
-use mai_core::ids::StreamId;
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::{Role, require};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
@@ -25,6 +34,8 @@ use mai_core::tool::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::reach::{Reach, check_reach};
 
 const DESCRIPTION: &str = "Send a message to another chat, or proactively to a group or person. \
 Give exactly one target: stream_id, group_id or user_id (search_users finds them). Not for \
@@ -61,7 +72,11 @@ struct SendMessageArgs {
     polish: Option<bool>,
     /// Split long text into several messages (default true).
     split: Option<bool>,
-    /// When passing on someone's words: their name. Sent as "<name>: text", unpolished.
+    /// Passing on the words of the person you act for: sent under their name, unpolished.
+    relay: Option<bool>,
+    /// Replaced by `relay`: any value relays in the requester's name; the name given is ignored.
+    #[schemars(skip)]
+    #[serde(default)]
     on_behalf_of: Option<String>,
     /// Host-only: the current conversation, injected by the host.
     #[schemars(skip)]
@@ -91,6 +106,7 @@ impl TypedTool for SendMessage {
         })
         .map_err(ToolError::new)?;
         let platform = non_empty(args.platform).unwrap_or_else(|| ctx.platform().to_owned());
+        let relay = args.relay.unwrap_or(false) || non_empty(args.on_behalf_of).is_some();
         let stream = match target {
             Target::Stream(id) => StreamId::new(id).map_err(ToolError::new)?,
             Target::Chat(chat) => self.host.open_stream(&platform, &chat).await.map_err(|e| {
@@ -99,9 +115,12 @@ impl TypedTool for SendMessage {
                 ))
             })?,
         };
-        let (text, polish) = match non_empty(args.on_behalf_of) {
-            Some(name) => (format!("{name}: {text}"), false),
-            None => (text.to_owned(), args.polish.unwrap_or(true)),
+        check_reach(self.host.as_ref(), ctx, &stream, Reach::Send).await?;
+        let (text, polish) = if relay {
+            let author = self.author(ctx).await?;
+            (format!("{author}: {text}"), false)
+        } else {
+            (text.to_owned(), args.polish.unwrap_or(true))
         };
         let split = args.split.unwrap_or(true);
         let parts = self
@@ -120,6 +139,42 @@ impl TypedTool for SendMessage {
         }
         Ok(json!({"success": true, "stream_id": stream.as_str(), "parts": parts.len()}))
     }
+}
+
+impl SendMessage {
+    /// Who relayed words are from: the task's requester, as "<display name> (<platform:user_id>)"
+    /// when the host knows their name, else the account alone.
+    async fn author(&self, ctx: &ToolContext) -> Result<String, ToolError> {
+        let Some(requester) = ctx.requester() else {
+            return Err(ToolError::new(
+                "relay passes on the words of the person this task acts for, and it acts for no \
+                 one; send without relay (the message is then the bot's own)",
+            ));
+        };
+        let name = match self.host.display_name(requester).await {
+            Ok(name) => name
+                .map(|name| one_line(&name))
+                .filter(|name| !name.is_empty()),
+            Err(error) => {
+                tracing::debug!(%error, "no display name for a relay; the account id stands alone");
+                None
+            }
+        };
+        Ok(relay_author(requester, name.as_deref()))
+    }
+}
+
+fn relay_author(requester: &PersonId, name: Option<&str>) -> String {
+    match name {
+        Some(name) if name != requester.user_id => format!("{name} ({requester})"),
+        _ => requester.to_string(),
+    }
+}
+
+/// A display name on one line, whitespace runs (newlines included) made single spaces, so it
+/// cannot start a line of its own that looks like someone else speaking.
+fn one_line(name: &str) -> String {
+    name.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The target fields as given (blank strings already removed).

@@ -16,7 +16,7 @@ use mai_core::host::{
     ChatLine, ChatTarget, Delivery, Host, HostError, Jargon, MemoryQuery, Person, Persona,
     PluginApi, StreamInfo, UserHit, UserQuery,
 };
-use mai_core::ids::StreamId;
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::{ChatResponse, ToolCall};
 use mai_core::task::{TaskId, TaskStatus};
 use mai_core::tool::ToolRegistry;
@@ -99,6 +99,12 @@ impl Host for PluginHost {
     }
     async fn stream_info(&self, stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
         self.inner.stream_info(stream).await
+    }
+    async fn is_member(&self, person: &PersonId, stream: &StreamId) -> Result<bool, HostError> {
+        self.inner.is_member(person, stream).await
+    }
+    async fn display_name(&self, person: &PersonId) -> Result<Option<String>, HostError> {
+        self.inner.display_name(person).await
     }
     async fn open_stream(
         &self,

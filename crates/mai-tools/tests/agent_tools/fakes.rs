@@ -13,7 +13,7 @@ use mai_core::host::{
     ChatLine, ChatTarget, Delivery, Host, HostError, Jargon, MemoryQuery, Person, Persona,
     PluginApi, StreamInfo, UserHit, UserQuery,
 };
-use mai_core::ids::StreamId;
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::Role;
 use mai_core::task::{NewTask, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_core::tool::{FixedRole, ToolContext, ToolDefinition, ToolOutcome, ToolRegistry};
@@ -25,8 +25,17 @@ pub const OWNER: &str = "qq:42";
 pub const STREAM: &str = "s1";
 pub const PLATFORM: &str = "qq";
 
+/// The person the task acts for in [`ctx_for`] (the owner, as for a task a person asked for).
+pub const REQUESTER: &str = "qq:42";
+
+/// A task that acts for no one (no requester).
 pub fn ctx(role: Role) -> ToolContext {
     ctx_with(role, Config::default())
+}
+
+/// A task acting for `requester`.
+pub fn ctx_for(role: Role, requester: &str) -> ToolContext {
+    ctx(role).with_requester(Some(requester.parse().unwrap()))
 }
 
 pub fn ctx_with(role: Role, config: Config) -> ToolContext {
@@ -75,6 +84,19 @@ pub enum HostCall {
     ListApis,
     CallApi(String, Value),
     Send(String, String),
+    IsMember(String, String),
+    StreamInfo(String),
+    DisplayName(String),
+}
+
+impl HostCall {
+    /// Calls that read a chat's messages or send to one (not the reach check's questions).
+    pub fn touches_content(&self) -> bool {
+        matches!(
+            self,
+            HostCall::SearchMemory(_) | HostCall::Recent(..) | HostCall::Send(..)
+        )
+    }
 }
 
 #[derive(Default)]
@@ -83,6 +105,10 @@ pub struct FakeHost {
     /// Every capability fails while set.
     pub failing: AtomicBool,
     pub apis: Vec<PluginApi>,
+    /// `(person, stream)`: who the host has seen in which group.
+    pub members: Mutex<Vec<(String, String)>>,
+    /// `(person, display name)`.
+    pub names: Mutex<Vec<(String, String)>>,
 }
 
 impl FakeHost {
@@ -95,6 +121,21 @@ impl FakeHost {
 
     pub fn calls(&self) -> Vec<HostCall> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// Records `person` as seen in the group `stream`.
+    pub fn join(&self, person: &str, stream: &str) {
+        self.members
+            .lock()
+            .unwrap()
+            .push((person.to_owned(), stream.to_owned()));
+    }
+
+    pub fn name(&self, person: &str, name: &str) {
+        self.names
+            .lock()
+            .unwrap()
+            .push((person.to_owned(), name.to_owned()));
     }
 
     pub fn fail(&self) {
@@ -143,6 +184,45 @@ impl Host for FakeHost {
 
     async fn persona(&self) -> Persona {
         Persona::default()
+    }
+
+    /// Group membership from `members`; private chats are left to the reach check's fallback
+    /// (`stream_info`), as a host without membership of private chats would.
+    async fn is_member(&self, person: &PersonId, stream: &StreamId) -> Result<bool, HostError> {
+        let (person, stream) = (person.to_string(), stream.to_string());
+        self.record(HostCall::IsMember(person.clone(), stream.clone()))?;
+        Ok(self.members.lock().unwrap().contains(&(person, stream)))
+    }
+
+    async fn display_name(&self, person: &PersonId) -> Result<Option<String>, HostError> {
+        self.record(HostCall::DisplayName(person.to_string()))?;
+        let names = self.names.lock().unwrap();
+        let person = person.to_string();
+        Ok(names
+            .iter()
+            .find(|(p, _)| *p == person)
+            .map(|(_, n)| n.clone()))
+    }
+
+    /// The streams `open_stream` makes: `platform:group:id` and `platform:private:user`.
+    async fn stream_info(&self, stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
+        self.record(HostCall::StreamInfo(stream.to_string()))?;
+        let parts: Vec<&str> = stream.as_str().split(':').collect();
+        let target = match parts.as_slice() {
+            [_, "group", id] => ChatTarget::Group {
+                group_id: (*id).to_owned(),
+            },
+            [_, "private", id] => ChatTarget::Private {
+                user_id: (*id).to_owned(),
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(StreamInfo {
+            stream_id: stream.clone(),
+            platform: parts[0].to_owned(),
+            target,
+            name: stream.to_string(),
+        }))
     }
 
     async fn open_stream(

@@ -1,5 +1,5 @@
-//! The information tools: defaults, `[search] max_results` caps, times, which chat a guest may
-//! read, and host failures.
+//! The information tools: defaults, `[search] max_results` caps, times, which chats a task may
+//! read (its reach), and host failures.
 
 use std::sync::Arc;
 
@@ -11,7 +11,9 @@ use mai_core::tool::{OutcomeKind, ToolRegistry, Visibility};
 use mai_tools::info::info_tools;
 use serde_json::json;
 
-use crate::fakes::{FakeHost, HostCall, STREAM, call, ctx, ctx_with, error_of, registry};
+use crate::fakes::{
+    FakeHost, HostCall, REQUESTER, STREAM, call, ctx, ctx_for, ctx_with, error_of, registry,
+};
 
 const NAMES: [&str; 5] = [
     "search_memory",
@@ -172,23 +174,46 @@ async fn bad_times_are_refused_with_an_example_and_never_reach_the_host() {
     assert!(host.calls().is_empty());
 }
 
+/// The admin's private chat, a group the requester is in, and one they never joined.
+const ADMIN_PRIVATE: &str = "qq:private:1";
+const JOINED: &str = "qq:group:g1";
+const NOT_JOINED: &str = "qq:group:g2";
+
+fn setup_with_membership() -> (Arc<FakeHost>, ToolRegistry) {
+    let (host, registry) = setup();
+    host.join(REQUESTER, JOINED);
+    (host, registry)
+}
+
+fn reads(chat: &str) -> [(&'static str, serde_json::Value); 2] {
+    [
+        ("fetch_history", json!({"chat_id": chat})),
+        (
+            "search_memory",
+            json!({"query": "password", "chat_id": chat}),
+        ),
+    ]
+}
+
 #[tokio::test]
 async fn a_guest_task_reads_only_its_own_chat() {
-    let (host, registry) = setup();
-    let guest = ctx(Role::Guest);
-    for (tool, args) in [
-        ("fetch_history", json!({"chat_id": "s2"})),
-        ("search_memory", json!({"query": "x", "chat_id": "s2"})),
-        ("get_frequency", json!({"chat_id": "s2"})),
-    ] {
-        let outcome = call(&registry, &guest, tool, args).await;
-        assert!(
-            error_of(&outcome).contains("guest task may only read its own chat"),
-            "{tool}: {outcome:?}"
-        );
+    let (host, registry) = setup_with_membership();
+    // Even a group its requester belongs to: guests keep to their own chat.
+    let guest = ctx_for(Role::Guest, REQUESTER);
+    for chat in ["s2", JOINED] {
+        for (tool, args) in reads(chat)
+            .into_iter()
+            .chain([("get_frequency", json!({"chat_id": chat}))])
+        {
+            let outcome = call(&registry, &guest, tool, args).await;
+            assert!(
+                error_of(&outcome).contains("guest task may only read its own chat"),
+                "{tool}: {outcome:?}"
+            );
+        }
     }
-    assert!(host.calls().is_empty());
-    // Its own chat, named or not, and any chat for a user task.
+    assert!(host.calls().is_empty(), "{:?}", host.calls());
+    // Its own chat, named or not.
     assert!(
         call(
             &registry,
@@ -199,17 +224,111 @@ async fn a_guest_task_reads_only_its_own_chat() {
         .await
         .is_ok()
     );
+    assert_eq!(host.calls(), [HostCall::Recent(STREAM.into(), 20)]);
+}
+
+#[tokio::test]
+async fn a_user_task_cannot_read_the_admins_private_chat_or_a_group_it_never_joined() {
+    let (host, registry) = setup_with_membership();
+    let user = ctx_for(Role::User, REQUESTER);
+    for chat in [ADMIN_PRIVATE, NOT_JOINED] {
+        for (tool, args) in reads(chat) {
+            let outcome = call(&registry, &user, tool, args).await;
+            assert_eq!(outcome.kind, OutcomeKind::Failed, "{tool} {chat}");
+            let error = error_of(&outcome);
+            assert!(
+                error.contains(
+                    "a user task may only read its own chat (`s1`) and the chats of qq:42"
+                ),
+                "{error}"
+            );
+            assert!(error.contains("An admin can do it"), "{error}");
+            let value = outcome.value.to_string();
+            assert!(
+                !value.contains("messages") && !value.contains("results"),
+                "{value}"
+            );
+        }
+    }
+    let calls = host.calls();
     assert!(
-        call(
-            &registry,
-            &ctx(Role::User),
-            "fetch_history",
-            json!({"chat_id": "s2"})
-        )
-        .await
-        .is_ok()
+        !calls.iter().any(HostCall::touches_content),
+        "no chat was read: {calls:?}"
     );
-    assert_eq!(host.calls()[1], HostCall::Recent("s2".into(), 20));
+}
+
+#[tokio::test]
+async fn a_user_task_reads_its_own_chat_its_private_chat_and_the_groups_it_belongs_to() {
+    let (host, registry) = setup_with_membership();
+    let user = ctx_for(Role::User, REQUESTER);
+    for chat in [STREAM, JOINED, "qq:private:42"] {
+        for (tool, args) in reads(chat) {
+            let outcome = call(&registry, &user, tool, args).await;
+            assert!(outcome.is_ok(), "{tool} {chat}: {outcome:?}");
+            assert_eq!(outcome.value["chat_id"], chat);
+        }
+    }
+    let read: Vec<HostCall> = host
+        .calls()
+        .into_iter()
+        .filter(HostCall::touches_content)
+        .collect();
+    assert_eq!(read.len(), 6, "{read:?}");
+    assert_eq!(read[2], HostCall::Recent(JOINED.into(), 20));
+}
+
+#[tokio::test]
+async fn a_task_acting_for_no_one_reads_only_its_own_chat() {
+    let (host, registry) = setup_with_membership();
+    let outcome = call(
+        &registry,
+        &ctx(Role::User),
+        "fetch_history",
+        json!({"chat_id": JOINED}),
+    )
+    .await;
+    assert!(
+        error_of(&outcome).contains("acts for no one, so it may only read its own chat"),
+        "{outcome:?}"
+    );
+    assert!(host.calls().is_empty(), "{:?}", host.calls());
+}
+
+#[tokio::test]
+async fn an_admin_task_reads_any_chat() {
+    let (host, registry) = setup_with_membership();
+    let admin = ctx_for(Role::Admin, REQUESTER);
+    for chat in [ADMIN_PRIVATE, NOT_JOINED, "qq:group:unknown"] {
+        for (tool, args) in reads(chat) {
+            let outcome = call(&registry, &admin, tool, args).await;
+            assert!(outcome.is_ok(), "{tool} {chat}: {outcome:?}");
+        }
+    }
+    assert!(
+        host.calls().iter().all(HostCall::touches_content),
+        "an admin's reach needs no membership question: {:?}",
+        host.calls()
+    );
+}
+
+#[tokio::test]
+async fn a_membership_check_that_fails_refuses_the_read() {
+    let (host, registry) = setup_with_membership();
+    host.fail();
+    let outcome = call(
+        &registry,
+        &ctx_for(Role::User, REQUESTER),
+        "fetch_history",
+        json!({"chat_id": JOINED}),
+    )
+    .await;
+    let error = error_of(&outcome);
+    assert!(
+        error.contains("could not check whether qq:42 is in `qq:group:g1`"),
+        "{error}"
+    );
+    assert!(error.contains("nothing was done"), "{error}");
+    assert!(!host.calls().iter().any(HostCall::touches_content));
 }
 
 #[tokio::test]
