@@ -51,7 +51,8 @@ async fn made_tasks(engine: &Engine) -> Vec<TaskRecord> {
 async fn answers(h: &mut Harness, count: usize) {
     let seen = AtomicUsize::new(0);
     h.wait_for(&format!("{count} answers"), |event| {
-        matches!(event, TaskEvent::Answer { .. }) && seen.fetch_add(1, Ordering::SeqCst) + 1 == count
+        matches!(event, TaskEvent::Answer { .. })
+            && seen.fetch_add(1, Ordering::SeqCst) + 1 == count
     })
     .await;
 }
@@ -90,7 +91,11 @@ async fn a_round_of_create_subtask_calls_makes_at_most_max_children() {
     assert_eq!(children.len(), 5, "[limits] max_children defaults to 5");
     for child in &children {
         assert_eq!(child.metadata.depth, 1);
-        assert_eq!(child.requester(), bomb.requester(), "a child acts for the same person");
+        assert_eq!(
+            child.requester(),
+            bomb.requester(),
+            "a child acts for the same person"
+        );
     }
     let last = model
         .agent_requests()
@@ -183,7 +188,11 @@ async fn people_and_chats_have_caps_on_unfinished_and_recurring_tasks() {
     config.limits.max_cron_per_requester = 2;
     config.limits.max_active_per_stream = 5;
     config.limits.max_cron_per_stream = 3;
-    let h = Harness::start(config.clone(), RuleModel::new(|_| Ok(ChatResponse::text("ok")))).await;
+    let h = Harness::start(
+        config.clone(),
+        RuleModel::new(|_| Ok(ChatResponse::text("ok"))),
+    )
+    .await;
     let user = caller("user", Role::User, "s1");
     let other = caller("other", Role::User, "s1");
     let admin = caller("admin", Role::Admin, "s1");
@@ -192,16 +201,25 @@ async fn people_and_chats_have_caps_on_unfinished_and_recurring_tasks() {
     e.create(&user, cron("c1")).await.unwrap();
     e.create(&user, cron("c2")).await.unwrap();
     let text = refusal(e.create(&user, cron("c3")).await);
-    assert!(text.contains("[limits] max_cron_per_requester = 2"), "{text}");
+    assert!(
+        text.contains("[limits] max_cron_per_requester = 2"),
+        "{text}"
+    );
     assert!(text.contains("qq:user"), "{text}");
     e.create(&user, later("d1")).await.unwrap();
     e.create(&user, later("d2")).await.unwrap();
     let text = refusal(e.create(&user, later("d3")).await);
-    assert!(text.contains("[limits] max_active_per_requester = 4"), "{text}");
+    assert!(
+        text.contains("[limits] max_active_per_requester = 4"),
+        "{text}"
+    );
     // Another person in the same chat, then the chat is full — for admins too.
     e.create(&other, cron("c4")).await.unwrap();
     let text = refusal(e.create(&other, later("d4")).await);
-    assert!(text.contains("[limits] max_active_per_stream = 5"), "{text}");
+    assert!(
+        text.contains("[limits] max_active_per_stream = 5"),
+        "{text}"
+    );
     let text = refusal(e.create(&admin, cron("c5")).await);
     assert!(text.contains("max_cron_per_stream = 3") || text.contains("max_active_per_stream"));
     // Refusals wrote nothing.

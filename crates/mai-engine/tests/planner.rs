@@ -192,7 +192,7 @@ async fn the_registry_has_the_eleven_tools_with_their_parameters_and_visibility(
 }
 
 #[tokio::test]
-async fn subagent_create_runs_as_admin_owned_by_the_planner_of_the_stream() {
+async fn subagent_create_makes_a_task_of_the_planner_that_acts_as_its_speaker() {
     let (mut harness, registry) = planner(None).await;
     let created = call(
         &harness,
@@ -209,6 +209,8 @@ async fn subagent_create_runs_as_admin_owned_by_the_planner_of_the_stream() {
     assert_eq!(task.stream_id.as_str(), "grp-a");
     assert_eq!(task.priority, 3);
     assert_eq!(task.status_log[0].actor, "planner:grp-a");
+    assert_eq!(task.requester(), None);
+    assert_eq!(harness.engine.task_role(&task), Role::User);
     // The answer goes out (through its reply task) to the planner's stream.
     harness
         .wait_for("the answer sent to grp-a", |e| {
@@ -216,7 +218,8 @@ async fn subagent_create_runs_as_admin_owned_by_the_planner_of_the_stream() {
         })
         .await;
 
-    // Admin: the planner may cancel a person's task in its stream, which a user could not.
+    // Without a speaker the planner acts for nobody at `[planner] default_role` (user): a
+    // person's task in its stream is not its to cancel. With the admin as speaker, it is.
     let person_task = harness
         .engine
         .create(
@@ -228,13 +231,17 @@ async fn subagent_create_runs_as_admin_owned_by_the_planner_of_the_stream() {
         )
         .await
         .unwrap();
-    let deleted = call(
-        &harness,
-        &registry,
-        "subagent_delete",
-        json!({"task_id": person_task.id.short(), "stream_id": "grp-a", "chat_id": "grp-a"}),
-    )
-    .await;
+    let args = json!({"task_id": person_task.id.short(), "stream_id": "grp-a", "chat_id": "grp-a"});
+    let refused = call(&harness, &registry, "subagent_delete", args.clone()).await;
+    assert!(!refused.is_ok(), "{:?}", refused.value);
+    assert_eq!(
+        record(&harness.engine, person_task.id).await.status,
+        TaskStatus::Scheduled
+    );
+    let mut as_admin = args;
+    as_admin["user_id"] = json!("admin");
+    as_admin["platform"] = json!("qq");
+    let deleted = call(&harness, &registry, "subagent_delete", as_admin).await;
     assert!(deleted.is_ok(), "{:?}", deleted.value);
     assert_eq!(deleted.value["result"], "cancelled");
     assert_eq!(
@@ -592,14 +599,17 @@ async fn send_message_and_search_users_share_the_agent_loop_implementations() {
     assert!(found.is_ok(), "{:?}", found.value);
     assert_eq!(found.value["found"][0]["stream_id"], "grp-b");
 
-    // The host injected stream_id = chat_id = grp-a; the model's target is grp-b.
-    let sent = call(
-        &harness,
-        &registry,
-        "send_message",
-        json!({"text": "meeting moved to 8", "stream_id": "grp-b", "chat_id": "grp-a", "polish": false}),
-    )
-    .await;
+    // The host injected stream_id = chat_id = grp-a; the model's target is grp-b. Without a
+    // speaker the planner reaches only its own chat; speaking with the admin (the host's
+    // `user_id`, under `host_user_id` since send_message declares `user_id` as a target), any.
+    let to_b = json!({"text": "meeting moved to 8", "stream_id": "grp-b", "chat_id": "grp-a", "polish": false});
+    let refused = call(&harness, &registry, "send_message", to_b.clone()).await;
+    assert!(!refused.is_ok(), "{:?}", refused.value);
+    assert!(harness.host.sent_to("grp-b").is_empty());
+    let mut as_admin = to_b;
+    as_admin["host_user_id"] = json!("admin");
+    as_admin["host_platform"] = json!("qq");
+    let sent = call(&harness, &registry, "send_message", as_admin).await;
     assert!(sent.is_ok(), "{:?}", sent.value);
     assert_eq!(
         harness.host.sent_to("grp-b"),
@@ -738,7 +748,9 @@ async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_st
             )],
         ))
     });
-    let mut harness = Harness::start(test_config(), model).await;
+    let mut config = test_config();
+    config.permission.users.push("qq:alice".into());
+    let mut harness = Harness::start(config, model).await;
     let registry = planner_registry(&harness.engine, None).unwrap();
     let id = id_of(
         &call(
@@ -782,4 +794,5 @@ async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_st
     let task = record(&harness.engine, id).await;
     assert!(task.metadata.answer.unwrap().contains("Europe"));
     assert_eq!(task.owner.to_string(), "planner:grp-a");
+    assert_eq!(task.requester().unwrap().to_string(), "qq:alice");
 }

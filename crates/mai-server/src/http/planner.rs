@@ -175,7 +175,11 @@ mod tests {
             context(),
         )
         .unwrap();
-        assert_eq!(args, json!({"text": "hi", "group_id": "7", "chat_id": "A"}));
+        assert_eq!(
+            args,
+            json!({"text": "hi", "group_id": "7", "chat_id": "A", "host_platform": "qq",
+                   "host_group_id": "42", "host_user_id": "1"})
+        );
         assert!(with_context(&send, Some(json!([1])), context()).is_err());
         assert_eq!(with_context(&no_target, None, None).unwrap(), json!({}));
     }
