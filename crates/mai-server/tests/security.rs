@@ -620,6 +620,42 @@ async fn chat_commands_keep_every_person_to_their_own_tasks() {
     drop(service);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_member_fed_over_http_runs_no_command_even_when_its_id_is_listed() {
+    let mut config = test_config();
+    config.permission.users.push("qq:80000000".into());
+    let service = Service::start_with(
+        ScriptedModel::default(),
+        ServiceOptions {
+            config,
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    let served = serve_all(&service).await;
+    let body = json!({"platform": "qq", "user_id": "80000000", "group_id": "42",
+                      "text": "/mt create buy milk", "anonymous": true});
+    let (status, answer) = json_of(
+        served
+            .post("/v1/messages")
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "command", "{answer}");
+    let reply = answer["reply"].as_str().unwrap();
+    assert!(
+        reply.contains("anonymous members cannot use task commands"),
+        "{reply}"
+    );
+    let (status, tasks) = json_of(served.get("/v1/tasks").send().await.unwrap()).await;
+    assert_eq!(status, 200, "{tasks}");
+    assert_eq!(tasks["tasks"], json!([]), "{tasks}");
+}
+
 // --- stream isolation -----------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

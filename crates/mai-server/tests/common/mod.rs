@@ -260,6 +260,7 @@ pub fn message(user: &str, group: Option<&str>, text: &str) -> IncomingMessage {
         sender_name: user.into(),
         text: text.into(),
         at: chrono::Utc::now(),
+        anonymous: false,
     }
 }
 
