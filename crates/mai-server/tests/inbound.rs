@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Service, ServiceOptions, ask, message, test_config};
+use common::{Service, ask, message};
 use mai_core::ids::{Owner, StreamId};
 use mai_core::model::ChatResponse;
 use mai_core::role::Role;
@@ -161,14 +161,14 @@ fn anonymous(group: &str, text: &str) -> mai_host::IncomingMessage {
 /// A service where the anonymous id is (wrongly) listed as an admin and everyone in group 7 may
 /// create tasks: being anonymous must win over both.
 async fn with_anonymous_listed_as_admin(model: ScriptedModel) -> Service {
-    let mut config = test_config();
+    let mut config = common::test_config();
     config.permission.admins.push(format!("qq:{ANONYMOUS}"));
     config.permission.user_groups.push("qq:group:7".into());
     Service::start_with(
         model,
-        ServiceOptions {
+        common::ServiceOptions {
             config,
-            ..ServiceOptions::default()
+            ..common::ServiceOptions::default()
         },
     )
     .await
