@@ -57,6 +57,7 @@ pub async fn ingest_line(host: &EmbeddedHost, chat: &str, text: &str) -> Result<
         sender_name: "you".into(),
         text: text.into(),
         at: Utc::now(),
+        anonymous: false,
     })
     .await
     .map(drop)
@@ -85,6 +86,7 @@ pub fn spawn_reader(
                 sender_name: "you".into(),
                 text: text.into(),
                 at: Utc::now(),
+                anonymous: false,
             };
             if inbound.send(message).await.is_err() {
                 break;

@@ -34,6 +34,12 @@ pub struct IncomingMessage {
     pub sender_name: String,
     pub text: String,
     pub at: DateTime<Utc>,
+    /// The sender is an anonymous group member (QQ's anonymous chat: every such member shares
+    /// one user id). The message is stored like any other, but its `user_id` names no one: the
+    /// inbound pipeline treats it as a guest without an identity (no permission lookup, no
+    /// commands, never the answer to a task's question).
+    #[serde(default)]
+    pub anonymous: bool,
 }
 
 /// Where an ingested message was stored.

@@ -327,6 +327,7 @@ async fn group_message_segments_arrive_mapped() {
             // Segment text is already plain: no CQ unescaping happens to it.
             text: "[reply] @mai look at this [image][face] [CQ:at,qq=all] &amp;".into(),
             at: chrono::DateTime::from_timestamp(1_717_243_200, 0).unwrap(),
+            anonymous: false,
         }
     );
 }
@@ -358,6 +359,28 @@ async fn cq_string_messages_are_unescaped_and_private_chats_have_no_group() {
     assert_eq!(message.group_name.as_deref(), Some("技术群"));
     assert_eq!(message.sender_name, "Nick");
     assert_eq!(message.text, "@全体成员 开会了");
+}
+
+#[tokio::test]
+async fn an_anonymous_group_members_message_arrives_marked_anonymous() {
+    let (mut bot, _server, mut conn) = connected_bot().await;
+    // As NapCat sends one: QQ's shared anonymous id, `sub_type` and the `anonymous` object.
+    let mut masked = group_event(5, 80_000_000, json!("/mt create x"), "/mt create x");
+    masked["sub_type"] = json!("anonymous");
+    masked["anonymous"] = json!({"id": 2_333, "name": "Masked Cat", "flag": "2333|Masked Cat"});
+    masked["sender"] = json!({"user_id": 80_000_000, "nickname": "", "card": ""});
+    conn.push(masked).await;
+    let message = bot.next_message().await;
+    assert!(message.anonymous, "{message:?}");
+    assert_eq!(message.user_id, "80000000");
+    assert_eq!(message.group_id.as_deref(), Some("5"));
+    assert_eq!(message.sender_name, "Masked Cat");
+    assert_eq!(message.text, "/mt create x");
+    // A named member (NapCat sends `"anonymous": null`) is not.
+    let mut named = group_event(5, 6, json!("hi"), "hi");
+    named["anonymous"] = Value::Null;
+    conn.push(named).await;
+    assert!(!bot.next_message().await.anonymous);
 }
 
 #[tokio::test]

@@ -7,6 +7,11 @@
 //! back **raw**, never polished (§8, §10) — or offer it as the answer to a task acting for that
 //! sender waiting in that stream (§5.4: one reply wakes exactly one task).
 //!
+//! A message from an anonymous group member ([`IncomingMessage::anonymous`]) is stored and
+//! nothing more: its `user_id` is shared by every anonymous member, so it names no one. Such a
+//! sender is a guest without an identity — never looked up in `[permission]`, never a requester
+//! (a `/maitask` command is refused with a reply saying why), never the answer to a question.
+//!
 //! Must not: decide permissions itself (the command facade checks roles and ownership), reach
 //! the store, or polish command replies.
 
@@ -93,6 +98,9 @@ pub async fn deliver(
     }
     let stored = state.host.ingest_message(&message).await?;
     let stream_id = stored.stream_id;
+    if message.anonymous {
+        return Ok(from_anonymous(state, stream_id, &message.text).await);
+    }
     let role = role_of(state, &message);
     let caller = Caller::person(
         person.clone(),
@@ -117,6 +125,28 @@ pub async fn deliver(
         None => Ok(Inbound::Stored { stream_id }),
     }
 }
+
+/// What an anonymous member's (already stored) message does: a `/maitask` command gets a
+/// refusal, anything else is just stored. No role is resolved and no waiting task is offered
+/// the text, so whoever the shared anonymous id is listed as in `[permission]`, or whoever a
+/// task is waiting on, an anonymous member neither acts as them nor answers for them.
+async fn from_anonymous(state: &ServerState, stream_id: StreamId, text: &str) -> Inbound {
+    let first = text.split_whitespace().next().unwrap_or_default();
+    if !(first.eq_ignore_ascii_case("/maitask") || first.eq_ignore_ascii_case("/mt")) {
+        return Inbound::Stored { stream_id };
+    }
+    let reply = ANONYMOUS_REFUSAL.to_owned();
+    let delivered = send_raw(state, &stream_id, &reply).await;
+    Inbound::Command {
+        stream_id,
+        reply,
+        delivered,
+    }
+}
+
+/// The reply to a `/maitask` command from an anonymous group member.
+const ANONYMOUS_REFUSAL: &str = "anonymous members cannot use task commands: a task needs \
+    a person to act for and answer to; turn off anonymous mode and send the command again";
 
 /// The sender's role in the message's stream, from the live config (a `[permission]` reload
 /// applies to the next message).

@@ -145,3 +145,108 @@ async fn malformed_senders_are_refused_before_anything_is_stored() {
         assert!(error.to_string().contains(why), "{error}");
     }
 }
+
+/// QQ's one user id for every anonymous group member.
+const ANONYMOUS: &str = "80000000";
+
+fn anonymous(group: &str, text: &str) -> mai_host::IncomingMessage {
+    mai_host::IncomingMessage {
+        anonymous: true,
+        ..message(ANONYMOUS, Some(group), text)
+    }
+}
+
+/// A service where the anonymous id is (wrongly) listed as an admin and everyone in group 7 may
+/// create tasks: being anonymous must win over both.
+async fn with_anonymous_listed_as_admin(model: ScriptedModel) -> Service {
+    let mut config = common::test_config();
+    config.permission.admins.push(format!("qq:{ANONYMOUS}"));
+    config.permission.user_groups.push("qq:group:7".into());
+    Service::start_with(
+        model,
+        common::ServiceOptions {
+            config,
+            ..common::ServiceOptions::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_anonymous_member_never_answers_a_waiting_task() {
+    let model = ScriptedModel::from_responses([ask("which colour?"), ask("which size?")]);
+    let mut service = with_anonymous_listed_as_admin(model).await;
+    service.say("user", Some("42"), "hello").await;
+    let engine = service.state.engine.clone();
+    // One task for the person whose id anonymous members share, one for a named person.
+    let mut ids = Vec::new();
+    for (who, role) in [(ANONYMOUS, Role::Admin), ("user", Role::User)] {
+        let caller = Caller {
+            role,
+            ..user_in_group(who, "42")
+        };
+        // A title, so the model is not asked for one.
+        let request = CreateTask {
+            title: Some(format!("for {who}")),
+            ..CreateTask::agent(format!("a task for {who}"))
+        };
+        let id = engine.create(&caller, request).await.unwrap().id;
+        service
+            .wait_for(
+                "question",
+                |e| matches!(e, TaskEvent::Question { task_id, .. } if *task_id == id),
+            )
+            .await;
+        ids.push(id);
+    }
+    let outcome = deliver(&service.state, anonymous("42", "red"))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Inbound::Stored { .. }), "{outcome:?}");
+    for id in &ids {
+        let task = engine.get(&admin(), *id).await.unwrap();
+        assert_eq!(task.status, TaskStatus::WaitingInput, "{id}");
+    }
+    // Still stored, so memory and the planner see what was said.
+    let lines =
+        mai_core::host::Host::recent_messages(&*service.state.host, outcome.stream_id(), 10)
+            .await
+            .unwrap();
+    assert!(lines.iter().any(|l| l.text == "red"), "{lines:?}");
+}
+
+#[tokio::test]
+async fn an_anonymous_members_task_command_is_refused_and_creates_nothing() {
+    let mut service = with_anonymous_listed_as_admin(ScriptedModel::default()).await;
+    for text in [
+        "/mt create x",
+        "/MaiTask list -all",
+        "  /mt cancel deadbeef",
+    ] {
+        let outcome = deliver(&service.state, anonymous("7", text)).await.unwrap();
+        let Inbound::Command {
+            stream_id,
+            reply,
+            delivered,
+        } = outcome
+        else {
+            panic!("expected a refused command, got {outcome:?}");
+        };
+        assert_eq!(stream_id.as_str(), "qq:group:7");
+        assert!(
+            reply.contains("anonymous members cannot use task commands"),
+            "{text}: {reply}"
+        );
+        assert!(delivered);
+        // Raw, in the group, and nothing else.
+        assert_eq!(service.next_sent().await, ("qq:group:7".to_owned(), reply));
+    }
+    let tasks = service
+        .state
+        .engine
+        .list(&admin(), TaskFilter::default())
+        .await
+        .unwrap();
+    assert!(tasks.is_empty(), "{tasks:?}");
+    assert!(service.model.requests().is_empty());
+}

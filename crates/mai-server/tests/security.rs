@@ -139,6 +139,99 @@ async fn without_the_token_every_route_and_mcp_answer_401() {
     }
 }
 
+/// `head` sent raw to `GET /v1/tasks` and `POST /mcp` (`{target}` is the path), with the token:
+/// each answer must be 400 with an error containing `says`.
+async fn refused_everywhere(served: &Served, head: &str, says: &str) {
+    for (method, path) in [("GET", "/v1/tasks"), ("POST", "/mcp")] {
+        let head = format!(
+            "{method} {}\nAuthorization: Bearer {TOKEN}\nContent-Length: 0",
+            head.replace("{target}", path)
+        );
+        let (status, body) = served.raw(&head).await;
+        assert_eq!(status, 400, "{head}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.contains(says), "{head}: {error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_anything_after_its_ipv6_literal_but_a_port_is_a_400() {
+    let (_service, served) = start().await;
+    for host in ["[::1]evil.com", "[::1].evil.com:80", "[::1]:80evil", "[::1"] {
+        refused_everywhere(
+            &served,
+            &format!("{{target}} HTTP/1.1\nHost: {host}"),
+            "followed only by `:port`",
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_host_headers_are_a_400() {
+    let (_service, served) = start().await;
+    let port = served.port();
+    for (first, second) in [
+        (format!("127.0.0.1:{port}"), "evil.example".to_owned()),
+        ("evil.example".to_owned(), format!("localhost:{port}")),
+        (format!("localhost:{port}"), format!("localhost:{port}")),
+    ] {
+        refused_everywhere(
+            &served,
+            &format!("{{target}} HTTP/1.1\nHost: {first}\nHost: {second}"),
+            "more than one Host header",
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_target_naming_another_host_is_a_400() {
+    let (_service, served) = start().await;
+    let port = served.port();
+    refused_everywhere(
+        &served,
+        &format!("http://evil.example{{target}} HTTP/1.1\nHost: 127.0.0.1:{port}"),
+        "the request target names host `evil.example` but the Host header says",
+    )
+    .await;
+    // Even a loopback target must be the host the Host header names.
+    refused_everywhere(
+        &served,
+        &format!("http://localhost:{port}{{target}} HTTP/1.1\nHost: 127.0.0.1:{port}"),
+        "but the Host header says",
+    )
+    .await;
+    // Without a Host header, the target cannot stand in for it.
+    refused_everywhere(
+        &served,
+        &format!("http://127.0.0.1:{port}{{target}} HTTP/1.1"),
+        "there is no Host header",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_hosts_and_a_matching_absolute_target_still_pass() {
+    let (_service, served) = start().await;
+    let port = served.port();
+    for head in [
+        format!("GET /v1/tasks HTTP/1.1\nHost: [::1]:{port}"),
+        "GET /v1/tasks HTTP/1.1\nHost: [::1]".to_owned(),
+        format!("GET /v1/tasks HTTP/1.1\nHost: 127.0.0.1:{port}"),
+        "GET /v1/tasks HTTP/1.1\nHost: localhost".to_owned(),
+        format!("GET /v1/tasks HTTP/1.1\nHost: LocalHost:{port}"),
+        format!("GET http://127.0.0.1:{port}/v1/tasks HTTP/1.1\nHost: 127.0.0.1:{port}"),
+        format!("GET http://LOCALHOST:{port}/v1/tasks HTTP/1.1\nHost: localhost:{port}"),
+    ] {
+        let (status, body) = served
+            .raw(&format!("{head}\nAuthorization: Bearer {TOKEN}"))
+            .await;
+        assert_eq!(status, 200, "{head}: {body}");
+        assert!(body["tasks"].is_array(), "{head}: {body}");
+    }
+}
+
 // --- the planner channel -------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,6 +530,42 @@ async fn chat_commands_keep_every_person_to_their_own_tasks() {
     }
     assert_eq!(status_of(&served, &short).await, "scheduled");
     drop(service);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_member_fed_over_http_runs_no_command_even_when_its_id_is_listed() {
+    let mut config = test_config();
+    config.permission.users.push("qq:80000000".into());
+    let service = Service::start_with(
+        ScriptedModel::default(),
+        ServiceOptions {
+            config,
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    let served = serve_all(&service).await;
+    let body = json!({"platform": "qq", "user_id": "80000000", "group_id": "42",
+                      "text": "/mt create buy milk", "anonymous": true});
+    let (status, answer) = json_of(
+        served
+            .post("/v1/messages")
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "command", "{answer}");
+    let reply = answer["reply"].as_str().unwrap();
+    assert!(
+        reply.contains("anonymous members cannot use task commands"),
+        "{reply}"
+    );
+    let (status, tasks) = json_of(served.get("/v1/tasks").send().await.unwrap()).await;
+    assert_eq!(status, 200, "{tasks}");
+    assert_eq!(tasks["tasks"], json!([]), "{tasks}");
 }
 
 // --- stream isolation -----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 //! The OneBot v11 JSON shapes this channel reads and writes, and nothing else: classifying an
 //! incoming frame (event or action response), turning a message event into an
-//! [`IncomingMessage`], reading CQ-code strings, and building the `send_msg` action.
+//! [`IncomingMessage`] (marked `anonymous` when it comes from an anonymous group member), reading
+//! CQ-code strings, and building the `send_msg` action.
 //!
 //! Pure functions over JSON; no I/O, no connection state. Every reader is lenient about what
 //! implementations differ in (ids as numbers or strings, `message` as a segment array or a
@@ -177,7 +178,15 @@ struct MessageEvent {
     raw_message: Option<String>,
     #[serde(default)]
     sender: Option<Sender>,
+    #[serde(default)]
+    sub_type: Option<String>,
+    /// `{"id", "name", "flag"}` for a message from an anonymous group member, else absent/null.
+    #[serde(default)]
+    anonymous: Option<Value>,
 }
+
+/// The user id QQ gives every anonymous group member.
+const ANONYMOUS_USER_ID: &str = "80000000";
 
 #[derive(Deserialize, Default)]
 struct Sender {
@@ -227,7 +236,17 @@ fn parse_message(event: &Value, platform: &str) -> Result<Frame, FrameError> {
     if text.is_empty() {
         return Ok(Frame::SkippedMessage("a message without readable content"));
     }
-    let sender_name = [sender.card, sender.nickname]
+    // Any one of the three marks a message whose user id is shared by every anonymous member.
+    let anonymous = event.anonymous.as_ref().is_some_and(Value::is_object)
+        || event.sub_type.as_deref() == Some("anonymous")
+        || user_id == ANONYMOUS_USER_ID;
+    let anonymous_name = event
+        .anonymous
+        .as_ref()
+        .and_then(|anonymous| anonymous.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let sender_name = [anonymous_name, sender.card, sender.nickname]
         .into_iter()
         .flatten()
         .map(|name| name.trim().to_owned())
@@ -249,6 +268,7 @@ fn parse_message(event: &Value, platform: &str) -> Result<Frame, FrameError> {
         sender_name,
         text: text.to_owned(),
         at,
+        anonymous,
     }))
 }
 
@@ -513,6 +533,35 @@ mod tests {
         }));
         assert_eq!(got.text, "x & y");
         assert_eq!(got.group_id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn an_anonymous_group_member_is_marked_anonymous() {
+        let anonymous = message(json!({
+            "post_type": "message", "message_type": "group", "sub_type": "anonymous",
+            "group_id": 7, "user_id": 80_000_000, "message": "/mt create x",
+            "anonymous": {"id": 2_333, "name": "Masked Cat", "flag": "f"},
+            "sender": {"user_id": 80_000_000, "nickname": "", "card": ""}
+        }));
+        assert!(anonymous.anonymous);
+        assert_eq!(anonymous.user_id, "80000000");
+        assert_eq!(anonymous.sender_name, "Masked Cat");
+        // Each sign alone is enough (implementations differ in which they send).
+        for frame in [
+            json!({"post_type": "message", "message_type": "group", "group_id": 7,
+                   "user_id": 80_000_000, "message": "x"}),
+            json!({"post_type": "message", "message_type": "group", "group_id": 7,
+                   "sub_type": "anonymous", "user_id": 5, "message": "x"}),
+            json!({"post_type": "message", "message_type": "group", "group_id": 7,
+                   "anonymous": {"id": 1}, "user_id": 5, "message": "x"}),
+        ] {
+            assert!(message(frame).anonymous);
+        }
+        let named = message(json!({
+            "post_type": "message", "message_type": "group", "sub_type": "normal",
+            "group_id": 7, "user_id": 5, "message": "x", "anonymous": null
+        }));
+        assert!(!named.anonymous);
     }
 
     #[test]

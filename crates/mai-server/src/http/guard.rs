@@ -1,6 +1,8 @@
 //! The door of the HTTP API: every request except `GET /healthz` passes here first.
 //!
-//! In order: the `Host` header must name this server — a loopback name (`localhost`,
+//! In order: the request must name one host unambiguously — exactly one `Host` header, an IPv6
+//! literal followed by nothing but `:port`, and an absolute-form target (`GET http://host/…`)
+//! naming that same host — or it is a 400; that host must name this server — a loopback name (`localhost`,
 //! `127.0.0.1`, `[::1]`, any port), the host of the listen address, or an entry of
 //! `[server] allowed_hosts` — so a web page that rebinds its own domain to 127.0.0.1 cannot talk
 //! to us (DNS rebinding); an `Origin` header, when a browser sends one, must be a loopback origin
@@ -75,13 +77,7 @@ impl Guard {
     }
 
     fn check(&self, request: &Request) -> Result<Pass, ApiError> {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))
-            .ok_or_else(|| ApiError::bad_request("the request has no Host header"))?;
+        let host = requested_host(request)?;
         if !self.host_allowed(&host) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -204,6 +200,75 @@ pub(crate) async fn buffer_body(
             format!("could not read the request body: {rejection}"),
         )
         .into_response(),
+    }
+}
+
+/// The one host the request is for: its single `Host` header, which an absolute-form target
+/// (`GET http://host/path`) must agree with; over HTTP/2 the `:authority` stands in for a missing
+/// `Host`. Anything ambiguous — two `Host` headers, a target naming another host, a `Host` with
+/// junk after an IPv6 literal — is refused, because another server or proxy on the way could
+/// read a different host from it than this check did.
+fn requested_host(request: &Request) -> Result<String, ApiError> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let header = hosts.next();
+    if hosts.next().is_some() {
+        return Err(ApiError::bad_request(
+            "the request has more than one Host header; send exactly one (e.g. \
+             `Host: localhost:8760`)",
+        ));
+    }
+    let header = match header {
+        Some(value) => Some(value.to_str().map_err(|_| {
+            ApiError::bad_request("the Host header is not text; send e.g. `Host: localhost:8760`")
+        })?),
+        None => None,
+    };
+    let target = request.uri().authority().map(|a| a.as_str());
+    let host = match (header, target) {
+        (Some(host), Some(target)) if !host.trim().eq_ignore_ascii_case(target) => {
+            return Err(ApiError::bad_request(format!(
+                "the request target names host `{target}` but the Host header says `{host}`; \
+                 send the path only (`GET /v1/tasks`) with Host naming this server"
+            )));
+        }
+        (Some(host), _) => host,
+        (None, Some(target)) if request.version() == axum::http::Version::HTTP_2 => target,
+        (None, Some(target)) => {
+            return Err(ApiError::bad_request(format!(
+                "the request target names host `{target}` but there is no Host header; send \
+                 the path only (`GET /v1/tasks`) with a Host header naming this server"
+            )));
+        }
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "the request has no Host header; send e.g. `Host: localhost:8760`",
+            ));
+        }
+    };
+    well_formed_host(host.trim())?;
+    Ok(host.trim().to_owned())
+}
+
+/// A bracketed IPv6 literal may be followed only by `:port`: `[::1]evil.com` is not `[::1]`.
+fn well_formed_host(host: &str) -> Result<(), ApiError> {
+    let Some(literal) = host.strip_prefix('[') else {
+        return Ok(());
+    };
+    let after = literal.split_once(']').map(|(_, after)| after);
+    let ok = match after {
+        Some("") => true,
+        Some(after) => after
+            .strip_prefix(':')
+            .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "Host `{host}` is malformed: an IPv6 address must be closed by `]` and followed \
+             only by `:port` (digits); send e.g. `Host: [::1]:8760`"
+        )))
     }
 }
 
@@ -372,6 +437,24 @@ mod tests {
             "http://localhost.evil.example",
         ] {
             assert!(!g.origin_allowed(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_a_port_may_follow_an_ipv6_literal() {
+        for ok in ["[::1]", "[::1]:8760", "localhost", "127.0.0.1:1"] {
+            assert!(well_formed_host(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "[::1]evil.com",
+            "[::1",
+            "[::1]:",
+            "[::1]:80x",
+            "[::1].evil",
+            "[::1]:80:80",
+        ] {
+            let error = well_formed_host(bad).unwrap_err();
+            assert!(error.message.contains("followed only by `:port`"), "{bad}");
         }
     }
 

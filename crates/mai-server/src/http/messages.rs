@@ -24,6 +24,9 @@ pub(crate) struct MessageBody {
     group_name: Option<String>,
     sender_name: Option<String>,
     text: String,
+    /// The sender is an anonymous member of the group (see [`IncomingMessage::anonymous`]).
+    #[serde(default)]
+    anonymous: bool,
 }
 
 pub(crate) async fn post(
@@ -39,6 +42,7 @@ pub(crate) async fn post(
         sender_name: body.sender_name.unwrap_or_default(),
         text: body.text,
         at: Utc::now(),
+        anonymous: body.anonymous,
     };
     Ok(Json(deliver(&api.state, message).await?))
 }

@@ -268,6 +268,7 @@ pub fn message(user: &str, group: Option<&str>, text: &str) -> IncomingMessage {
         sender_name: user.into(),
         text: text.into(),
         at: chrono::Utc::now(),
+        anonymous: false,
     }
 }
 
@@ -328,6 +329,44 @@ impl Served {
             Some(token) => request.bearer_auth(token),
             None => request,
         }
+    }
+}
+
+impl Served {
+    /// Sends a request byte for byte over a fresh connection — for what an HTTP client will not
+    /// send (two `Host` headers, an absolute-form target) — and returns its status and JSON
+    /// body. `head` is the request line and headers, one per line, without the blank line;
+    /// `Connection: close` is added, so the answer ends where the connection does.
+    pub async fn raw(&self, head: &str) -> (u16, serde_json::Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.base.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "{}\r\nConnection: close\r\n\r\n",
+            head.replace('\n', "\r\n")
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(20), stream.read_to_string(&mut answer))
+            .await
+            .expect("timed out reading a raw answer")
+            .unwrap();
+        let (head, body) = answer
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("no end of headers in: {answer}"));
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("no status in: {head}"));
+        let value = serde_json::from_str(body)
+            .unwrap_or_else(|_| panic!("status {status}: body is not JSON: {answer}"));
+        (status, value)
+    }
+
+    /// The port the router is served on.
+    pub fn port(&self) -> u16 {
+        self.base.rsplit(':').next().unwrap().parse().unwrap()
     }
 }
 
