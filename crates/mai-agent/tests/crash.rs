@@ -327,7 +327,9 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
     std::fs::write(
         &config,
         "[shell]\nenabled = true\n[task]\nmax_concurrent_tasks = 8\n\
-         [permission]\nadmins = [\"console:local\"]\n[send]\nretry_base_ms = 10\n",
+         [permission]\nadmins = [\"console:local\"]\n[send]\nretry_base_ms = 10\n\
+         [limits]\nmax_active_per_requester = 100000\nmax_active_per_stream = 100000\n\
+         max_cron_per_requester = 100000\nmax_cron_per_stream = 100000\n",
     )
     .unwrap();
     let client = reqwest::Client::new();

@@ -792,7 +792,7 @@ async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_st
     assert_eq!(woken, Some(id));
     harness.wait_status(id, TaskStatus::Completed).await;
     let task = record(&harness.engine, id).await;
-    assert!(task.metadata.answer.unwrap().contains("Europe"));
+    assert!(task.metadata.answer.clone().unwrap().contains("Europe"));
     assert_eq!(task.owner.to_string(), "planner:grp-a");
     assert_eq!(task.requester().unwrap().to_string(), "qq:alice");
 }
