@@ -208,7 +208,9 @@ impl McpManager {
     }
 
     /// Applies a new server list: unchanged servers keep running, changed ones are restarted,
-    /// removed ones stopped, new ones started. Waits for the (re)started ones as [`Self::start`].
+    /// removed ones stopped, new ones started. A server whose entry changed only in `min_role` /
+    /// `tool_roles` keeps running with the new roles, which the next call already checks. Waits
+    /// for the (re)started ones as [`Self::start`].
     pub async fn reconcile(&self, servers: &[McpServerConfig]) {
         let mut started = Vec::new();
         {
