@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 
 use crate::ids::StreamId;
+use crate::role::Role;
 use crate::task::{TaskLevel, TaskRecord};
 use crate::tool::ToolContext;
 
@@ -56,14 +57,20 @@ pub trait Messenger: Send + Sync + 'static {
 /// The MCP client manager as the planner's proxy tools (`list_mcp_tools`, `call_mcp_tool`,
 /// SYSTEM.md §7) see it: the planner reaches every configured MCP tool through these two calls
 /// instead of one registered tool per MCP tool.
+///
+/// Both take the caller's role (the speaker's, for the planner) and apply the same per-tool roles
+/// as the agent loop's `mcp_*` tools (`[[mcp.servers]] min_role` / `tool_roles`): a tool the role
+/// may not use is neither listed nor called, and a refused call never reaches the server.
 #[async_trait]
 pub trait McpProxy: Send + Sync + 'static {
-    /// Every tool of every connected server, as `(server, tool, description)`.
-    async fn list_tools(&self) -> Result<Vec<(String, String, String)>, String>;
+    /// Every tool of every connected server that `role` may use, as `(server, tool, description)`.
+    async fn list_tools(&self, role: Role) -> Result<Vec<(String, String, String)>, String>;
 
-    /// Calls `tool` of `server` with `args`; the tool's result as JSON.
+    /// Calls `tool` of `server` with `args` for a caller of `role`; the tool's result as JSON.
+    /// Refuses, without contacting the server, a tool that needs a higher role.
     async fn call_tool(
         &self,
+        role: Role,
         server: &str,
         tool: &str,
         args: serde_json::Value,

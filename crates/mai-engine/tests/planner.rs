@@ -631,14 +631,20 @@ struct FakeMcp;
 
 #[async_trait]
 impl McpProxy for FakeMcp {
-    async fn list_tools(&self) -> Result<Vec<(String, String, String)>, String> {
+    async fn list_tools(&self, _role: Role) -> Result<Vec<(String, String, String)>, String> {
         Ok(vec![(
             "web".into(),
             "search".into(),
             "search the web".into(),
         )])
     }
-    async fn call_tool(&self, server: &str, tool: &str, args: Value) -> Result<Value, String> {
+    async fn call_tool(
+        &self,
+        _role: Role,
+        server: &str,
+        tool: &str,
+        args: Value,
+    ) -> Result<Value, String> {
         if tool != "search" {
             return Err(format!("unknown tool {tool}"));
         }

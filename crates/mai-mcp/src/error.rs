@@ -1,6 +1,8 @@
 //! Errors of the MCP client. They end up as text (server status, tool results for the model), so
 //! each message says what failed and, where it helps, what to do.
 
+use mai_core::role::Role;
+
 /// Why a server could not be used or a call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
@@ -26,4 +28,15 @@ pub enum McpError {
     Cancelled,
     #[error("MCP server `{server}` failed: {detail}")]
     Call { server: String, detail: String },
+    #[error(
+        "permission denied: MCP tool `{tool}` of server `{server}` requires role {required}, the \
+         caller has role {actual}; the operator can lower it with `min_role` or `tool_roles` in \
+         the server's [[mcp.servers]] entry"
+    )]
+    PermissionDenied {
+        server: String,
+        tool: String,
+        required: Role,
+        actual: Role,
+    },
 }

@@ -2,15 +2,17 @@
 //! current tool catalog and the calls.
 //!
 //! Owns server lifecycles (start within a budget, restart with backoff after a crash, stop on
-//! config change) and the naming of the merged tool set. Must not touch the tool registry (see
-//! `tools`) and never holds a lock across an await: a call clones the server's rmcp `Peer` and
-//! awaits on it, so concurrent calls to one server run concurrently.
+//! config change), the naming of the merged tool set and the role gate of every call (see
+//! `roles`): a call for a role below the tool's never reaches the server. Must not touch the tool
+//! registry (see `tools`) and never holds a lock across an await: a call clones the server's
+//! rmcp `Peer` and awaits on it, so concurrent calls to one server run concurrently.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mai_core::config::McpServerConfig;
+use mai_core::role::{Role, require};
 use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::service::{Peer, RoleClient};
 use serde::Serialize;
@@ -22,6 +24,7 @@ use crate::connection::{ProcessGroup, Session, StderrTail, connect};
 use crate::error::McpError;
 use crate::naming::{NameMap, ToolKey};
 use crate::result::{DEFAULT_MAX_RESULT_CHARS, shape_result};
+use crate::roles::{ServerRoles, same_connection};
 
 /// How long a failed start waits for the child's last stderr lines.
 const STDERR_SETTLE: Duration = Duration::from_millis(500);
@@ -85,6 +88,9 @@ pub struct McpTool {
     pub raw_name: String,
     pub description: String,
     pub input_schema: Value,
+    /// The lowest role that may use it: the server's `tool_roles` entry for it, else its
+    /// `min_role`.
+    pub min_role: Role,
 }
 
 struct Live {
@@ -97,7 +103,10 @@ struct Live {
 }
 
 struct ServerSlot {
+    /// The entry the server was started with; its roles may since have changed (see `roles`).
     config: McpServerConfig,
+    /// The current roles: a reload that changes only roles updates them in place.
+    roles: Mutex<ServerRoles>,
     live: Mutex<Live>,
     stop: CancellationToken,
     stderr: StderrTail,
@@ -109,6 +118,38 @@ impl ServerSlot {
     fn update<R>(&self, change: impl FnOnce(&mut Live) -> R) -> R {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         change(&mut live)
+    }
+
+    fn roles(&self) -> ServerRoles {
+        self.roles.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Takes the roles of `config`; true if they changed.
+    fn set_roles(&self, config: &McpServerConfig) -> bool {
+        let new = ServerRoles::of(config);
+        let mut roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *roles != new;
+        *roles = new;
+        changed
+    }
+
+    /// Logs each `tool_roles` key naming no tool of the (ready) server: most likely a typo, and
+    /// then the tool it meant keeps the server's `min_role`.
+    fn warn_unknown_tool_roles(&self) {
+        let roles = self.roles();
+        let unknown = self.update(|live| {
+            if live.state != ServerState::Ready {
+                return Vec::new();
+            }
+            roles.unknown_tools(live.tools.iter().map(|t| t.name.as_ref()))
+        });
+        for tool in unknown {
+            tracing::warn!(
+                server = %self.config.name,
+                %tool,
+                "[[mcp.servers]] tool_roles names a tool this server does not offer; check the name"
+            );
+        }
     }
 }
 
@@ -167,7 +208,9 @@ impl McpManager {
     }
 
     /// Applies a new server list: unchanged servers keep running, changed ones are restarted,
-    /// removed ones stopped, new ones started. Waits for the (re)started ones as [`Self::start`].
+    /// removed ones stopped, new ones started. A server whose entry changed only in `min_role` /
+    /// `tool_roles` keeps running with the new roles, which the next call already checks. Waits
+    /// for the (re)started ones as [`Self::start`].
     pub async fn reconcile(&self, servers: &[McpServerConfig]) {
         let mut started = Vec::new();
         {
@@ -175,11 +218,20 @@ impl McpManager {
             let wanted: BTreeMap<&str, &McpServerConfig> =
                 servers.iter().map(|s| (s.name.as_str(), s)).collect();
             map.retain(|name, slot| {
-                let keep = wanted.get(name.as_str()) == Some(&&slot.config);
-                if !keep {
+                let Some(config) = wanted.get(name.as_str()) else {
                     slot.stop.cancel();
+                    return false;
+                };
+                if !same_connection(config, &slot.config) {
+                    slot.stop.cancel();
+                    return false;
                 }
-                keep
+                // Only roles changed: the server keeps running, its tools take the new roles
+                // with the bump below.
+                if slot.set_roles(config) {
+                    slot.warn_unknown_tool_roles();
+                }
+                true
             });
             for config in servers {
                 if map.contains_key(&config.name) {
@@ -187,6 +239,7 @@ impl McpManager {
                 }
                 let slot = Arc::new(ServerSlot {
                     config: config.clone(),
+                    roles: Mutex::new(ServerRoles::of(config)),
                     live: Mutex::new(Live {
                         state: ServerState::Starting,
                         last_error: None,
@@ -252,25 +305,28 @@ impl McpManager {
         self.inner.version.subscribe()
     }
 
-    /// The current tools of every ready server, named (see [`crate::naming`]), by name.
+    /// The current tools of every ready server, named (see [`crate::naming`]), by name, each
+    /// with the lowest role that may use it.
     pub fn tools(&self) -> Vec<McpTool> {
         let mut raw = Vec::new();
         for slot in self.lock_servers().values() {
+            let roles = slot.roles();
             slot.update(|live| {
                 if live.state == ServerState::Ready {
                     for tool in &live.tools {
-                        raw.push((slot.config.name.clone(), tool.clone()));
+                        let role = roles.for_tool(&tool.name);
+                        raw.push((slot.config.name.clone(), tool.clone(), role));
                     }
                 }
             });
         }
-        let names = NameMap::build(raw.iter().map(|(server, tool)| ToolKey {
+        let names = NameMap::build(raw.iter().map(|(server, tool, _)| ToolKey {
             server: server.clone(),
             tool: tool.name.to_string(),
         }));
         let mut tools: Vec<McpTool> = raw
             .into_iter()
-            .filter_map(|(server, tool)| {
+            .filter_map(|(server, tool, min_role)| {
                 let name = names.name_of(&server, &tool.name)?.to_owned();
                 Some(McpTool {
                     name,
@@ -278,6 +334,7 @@ impl McpManager {
                     input_schema: Value::Object((*tool.input_schema).clone()),
                     raw_name: tool.name.to_string(),
                     server,
+                    min_role,
                 })
             })
             .collect();
@@ -295,9 +352,10 @@ impl McpManager {
             .map(|t| (t.server, t.raw_name))
     }
 
-    /// Calls the tool the model knows as `name` (see [`Self::resolve`]).
+    /// Calls the tool the model knows as `name` (see [`Self::resolve`]) for a caller of `role`.
     pub async fn call_by_name(
         &self,
+        role: Role,
         name: &str,
         args: Value,
         cancel: &CancellationToken,
@@ -305,14 +363,16 @@ impl McpManager {
         let (server, raw_name) = self
             .resolve(name)
             .ok_or_else(|| McpError::UnknownTool(name.to_owned()))?;
-        self.call(&server, &raw_name, args, cancel).await
+        self.call(role, &server, &raw_name, args, cancel).await
     }
 
-    /// Calls `server`'s tool `raw_name` and shapes the result for the model. Bounded by the
-    /// server's `call_timeout_secs` and by `cancel`; either way rmcp sends
-    /// `notifications/cancelled` for the abandoned request.
+    /// Calls `server`'s tool `raw_name` for a caller of `role` and shapes the result for the
+    /// model. A role below the tool's current one (see [`McpTool::min_role`]) is refused before
+    /// anything is sent. Bounded by the server's `call_timeout_secs` and by `cancel`; either way
+    /// rmcp sends `notifications/cancelled` for the abandoned request.
     pub async fn call(
         &self,
+        role: Role,
         server: &str,
         raw_name: &str,
         args: Value,
@@ -323,6 +383,14 @@ impl McpManager {
             .get(server)
             .cloned()
             .ok_or_else(|| McpError::NotConnected(server.to_owned()))?;
+        require(role, slot.roles().for_tool(raw_name)).map_err(|denied| {
+            McpError::PermissionDenied {
+                server: server.to_owned(),
+                tool: raw_name.to_owned(),
+                required: denied.required,
+                actual: denied.actual,
+            }
+        })?;
         let peer = slot
             .update(|live| live.peer.clone())
             .ok_or_else(|| McpError::NotConnected(server.to_owned()))?;
@@ -492,6 +560,7 @@ async fn serve(manager: &std::sync::Weak<Inner>, slot: &ServerSlot, session: Ses
         live.tools = tools;
         live.pid = process_group.as_ref().map(ProcessGroup::pid);
     });
+    slot.warn_unknown_tool_roles();
     slot.settled.send_replace(true);
     notify(manager);
     tracing::info!(server = %slot.config.name, "MCP server ready");
@@ -507,6 +576,7 @@ async fn serve(manager: &std::sync::Weak<Inner>, slot: &ServerSlot, session: Ses
                 match peer.list_all_tools().await {
                     Ok(tools) => {
                         slot.update(|live| live.tools = tools);
+                        slot.warn_unknown_tool_roles();
                         notify(manager);
                     }
                     Err(e) => tracing::warn!(server = %slot.config.name, error = %e, "tools/list after list_changed failed"),

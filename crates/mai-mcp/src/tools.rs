@@ -1,5 +1,7 @@
-//! MCP tools as registry tools: each becomes a discoverable `ToolDefinition` (min_role user)
-//! whose handler calls the manager with the exact (server, raw name) it was built for.
+//! MCP tools as registry tools: each becomes a discoverable `ToolDefinition` whose `min_role` is
+//! the tool's configured role (`[[mcp.servers]] tool_roles` entry, else the server's `min_role`,
+//! admin by default) and whose handler calls the manager with the exact (server, raw name) it was
+//! built for and the calling task's role, so the manager checks the role again at call time.
 //!
 //! Owns the one function that syncs a registry with the manager's current tool set. Must not
 //! touch registry tools it did not add: it removes only the names its previous apply added.
@@ -7,7 +9,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use mai_core::role::Role;
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
@@ -25,7 +26,13 @@ struct McpToolHandler {
 impl ToolHandler for McpToolHandler {
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         self.manager
-            .call(&self.server, &self.raw_name, args, ctx.cancel_token())
+            .call(
+                ctx.role(),
+                &self.server,
+                &self.raw_name,
+                args,
+                ctx.cancel_token(),
+            )
             .await
             .map_err(ToolError::new)
     }
@@ -44,7 +51,8 @@ pub struct ApplyReport {
 
 /// Makes `registry`'s MCP tools equal to `manager`'s current tool set in one atomic swap: a
 /// running loop sees either the old set or the new one. Call after start, after a reconcile and
-/// whenever [`McpManager::subscribe`] signals a change.
+/// whenever [`McpManager::subscribe`] signals a change (a reload that changes only roles
+/// signals one too, so the registry always carries the current roles).
 pub fn apply_to_registry(manager: &McpManager, registry: &ToolRegistry) -> ApplyReport {
     let mut report = ApplyReport::default();
     let mut definitions = Vec::new();
@@ -96,7 +104,7 @@ fn definition(
         description,
         schema,
         Visibility::Discoverable,
-        Role::User,
+        tool.min_role,
         Arc::new(McpToolHandler {
             manager: manager.clone(),
             server: tool.server.clone(),

@@ -41,6 +41,8 @@ fn stdio(name: &str, command: impl Into<String>, args: &[&str]) -> McpServerConf
         headers: Default::default(),
         startup_timeout_secs: 30,
         call_timeout_secs: 30,
+        min_role: Role::Admin,
+        tool_roles: Default::default(),
     }
 }
 
@@ -120,6 +122,7 @@ async fn everything_over_stdio_lists_tools_and_echoes() {
     assert!(tools.iter().all(|t| t.name.starts_with("mcp_everything_")));
     let result = manager
         .call(
+            Role::Admin,
             "everything",
             "echo",
             json!({"message": "hi there"}),
@@ -137,6 +140,7 @@ async fn everything_over_stdio_lists_tools_and_echoes() {
     if structured.is_some() {
         let result = manager
             .call(
+                Role::Admin,
                 "everything",
                 "get-structured-content",
                 json!({"location": "New York"}),
@@ -148,6 +152,7 @@ async fn everything_over_stdio_lists_tools_and_echoes() {
     }
     let image = manager
         .call(
+            Role::Admin,
             "everything",
             "get-tiny-image",
             json!({}),
@@ -159,18 +164,28 @@ async fn everything_over_stdio_lists_tools_and_echoes() {
 
     // The planner's proxy reaches the same servers under the servers' own tool names.
     let proxy: &dyn mai_core::capabilities::McpProxy = &manager;
-    let listed = proxy.list_tools().await.unwrap();
+    let listed = proxy.list_tools(Role::Admin).await.unwrap();
     assert!(
         listed
             .iter()
             .any(|(server, tool, _)| server == "everything" && tool == "echo")
     );
     let echoed = proxy
-        .call_tool("everything", "echo", json!({"message": "via proxy"}))
+        .call_tool(
+            Role::Admin,
+            "everything",
+            "echo",
+            json!({"message": "via proxy"}),
+        )
         .await
         .unwrap();
     assert_eq!(echoed["text"], "Echo: via proxy");
-    assert!(proxy.call_tool("nope", "echo", json!({})).await.is_err());
+    assert!(
+        proxy
+            .call_tool(Role::Admin, "nope", "echo", json!({}))
+            .await
+            .is_err()
+    );
     manager.shutdown();
 }
 
@@ -195,6 +210,7 @@ async fn paginated_tools_list_gives_all_25_tools() {
     assert!(tools.iter().any(|t| t.name == "mcp_paged_tool_24"));
     let result = manager
         .call(
+            Role::Admin,
             "paged",
             "tool_24",
             json!({"x": "y"}),
@@ -232,6 +248,7 @@ async fn filesystem_server_reads_a_file() {
     let path = root_path.join("note.txt");
     let result = manager
         .call(
+            Role::Admin,
             "fs",
             "read_text_file",
             json!({"path": path.to_string_lossy()}),
@@ -244,6 +261,7 @@ async fn filesystem_server_reads_a_file() {
     // Outside the allowed root: the server says isError, the model sees a failure.
     let result = manager
         .call(
+            Role::Admin,
             "fs",
             "read_text_file",
             json!({"path": "/etc/passwd"}),
@@ -252,6 +270,245 @@ async fn filesystem_server_reads_a_file() {
         .await
         .unwrap();
     assert_eq!(result["success"], false, "{result}");
+    manager.shutdown();
+}
+
+/// The official filesystem server confined to `root`, with the default roles (admin only).
+fn filesystem(dir: &Path, root: &Path) -> McpServerConfig {
+    let bin = dir.join("node/node_modules/.bin/mcp-server-filesystem");
+    stdio("fs", bin.to_string_lossy(), &[&root.to_string_lossy()])
+}
+
+/// A started manager serving `config` (asserted ready).
+async fn ready(config: McpServerConfig) -> McpManager {
+    let name = config.name.clone();
+    let manager = McpManager::new(ManagerOptions::default());
+    manager.start(&[config]).await;
+    assert_eq!(
+        state_of(&manager, &name),
+        Some(ServerState::Ready),
+        "{:?}",
+        manager.status()
+    );
+    manager
+}
+
+fn mcp_names(tools: &[Arc<mai_core::tool::ToolDefinition>]) -> Vec<String> {
+    tools
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|n| n.starts_with("mcp_"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_task_is_neither_offered_nor_can_call_an_admin_only_servers_tools() {
+    let dir = peers_or_skip!();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let manager = ready(filesystem(&dir, &root)).await;
+    let registry = ToolRegistry::new();
+    let fetcher = mai_mcp::fetch::Fetcher::new(
+        mai_mcp::fetch::FetchOptions::default(),
+        Arc::new(mai_mcp::fetch::SystemResolver),
+    );
+    registry.register(mai_mcp::fetch::fetch_tool(fetcher).unwrap());
+    apply_to_registry(&manager, &registry);
+    assert!(registry.get("mcp_fs_write_file").is_some());
+
+    // Not offered to a user (nor a guest); `fetch` stays a user tool beside it.
+    for role in [Role::Guest, Role::User] {
+        assert!(mcp_names(&registry.presented(role)).is_empty(), "{role}");
+        assert!(
+            mcp_names(&registry.list_discoverable(role)).is_empty(),
+            "{role}"
+        );
+    }
+    assert!(registry.get(mai_mcp::fetch::FETCH).unwrap().min_role() == Role::User);
+    let user_tools = registry.list_discoverable(Role::User);
+    assert!(user_tools.iter().any(|t| t.name() == mai_mcp::fetch::FETCH));
+    assert!(!mcp_names(&registry.list_discoverable(Role::Admin)).is_empty());
+
+    // Not callable: refused before the server sees it, so nothing is written.
+    let target = root.join("user.txt");
+    let args = json!({"path": target.to_string_lossy(), "content": "from a user"});
+    let refused = registry
+        .execute(
+            "mcp_fs_write_file",
+            Role::User,
+            args.clone(),
+            &ctx(Role::User),
+        )
+        .await;
+    assert_eq!(
+        refused.kind,
+        OutcomeKind::PermissionDenied,
+        "{:?}",
+        refused.value
+    );
+    // Even a handler reached with a user context (the registry bypassed) refuses.
+    let direct = manager
+        .call(
+            Role::User,
+            "fs",
+            "write_file",
+            args.clone(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(direct.contains("requires role admin"), "{direct}");
+    assert!(!target.exists(), "the server never received the call");
+
+    let written = registry
+        .execute("mcp_fs_write_file", Role::Admin, args, &ctx(Role::Admin))
+        .await;
+    assert_eq!(written.kind, OutcomeKind::Ok, "{:?}", written.value);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "from a user");
+    manager.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_roles_override_lets_a_user_call_exactly_that_tool() {
+    let dir = peers_or_skip!();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    std::fs::write(root.join("note.txt"), "shared note").unwrap();
+    let mut config = filesystem(&dir, &root);
+    // A misspelled key is only warned about: the server still starts, nothing else is lowered.
+    config.tool_roles = [("read_text_file", Role::User), ("raed_file", Role::User)]
+        .into_iter()
+        .map(|(tool, role)| (tool.to_owned(), role))
+        .collect();
+    let manager = ready(config).await;
+    let registry = ToolRegistry::new();
+    apply_to_registry(&manager, &registry);
+
+    assert_eq!(
+        mcp_names(&registry.list_discoverable(Role::User)),
+        ["mcp_fs_read_text_file"]
+    );
+    let note = root.join("note.txt");
+    let read = registry
+        .execute(
+            "mcp_fs_read_text_file",
+            Role::User,
+            json!({"path": note.to_string_lossy()}),
+            &ctx(Role::User),
+        )
+        .await;
+    assert_eq!(read.kind, OutcomeKind::Ok, "{:?}", read.value);
+    assert!(read.value["text"].as_str().unwrap().contains("shared note"));
+
+    let target = root.join("user.txt");
+    let write = json!({"path": target.to_string_lossy(), "content": "x"});
+    let refused = registry
+        .execute("mcp_fs_write_file", Role::User, write, &ctx(Role::User))
+        .await;
+    assert_eq!(refused.kind, OutcomeKind::PermissionDenied);
+    assert!(!target.exists());
+    manager.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_only_roles_applies_them_without_a_restart() {
+    let dir = peers_or_skip!();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let config = filesystem(&dir, &root);
+    let manager = ready(config.clone()).await;
+    let registry = ToolRegistry::new();
+    apply_to_registry(&manager, &registry);
+    let pid = manager.status()[0].pid;
+    assert!(mcp_names(&registry.list_discoverable(Role::User)).is_empty());
+
+    let mut lowered = config.clone();
+    lowered.min_role = Role::User;
+    manager.reconcile(&[lowered]).await;
+    apply_to_registry(&manager, &registry);
+    assert_eq!(
+        manager.status()[0].pid,
+        pid,
+        "a role change keeps the process"
+    );
+    assert_eq!(
+        registry.get("mcp_fs_write_file").unwrap().min_role(),
+        Role::User
+    );
+
+    // Raised again: the very next call is refused, even before the registry is re-applied.
+    manager.reconcile(&[config]).await;
+    let target = root.join("late.txt");
+    let args = json!({"path": target.to_string_lossy(), "content": "x"});
+    let refused = registry
+        .execute("mcp_fs_write_file", Role::User, args, &ctx(Role::User))
+        .await;
+    assert_eq!(refused.kind, OutcomeKind::Failed, "{:?}", refused.value);
+    assert!(
+        refused.value["error"]
+            .as_str()
+            .unwrap()
+            .contains("requires role admin")
+    );
+    assert!(!target.exists());
+    apply_to_registry(&manager, &registry);
+    assert!(mcp_names(&registry.list_discoverable(Role::User)).is_empty());
+    manager.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planner_proxy_lists_and_calls_only_what_the_speakers_role_may_use() {
+    let dir = peers_or_skip!();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let mut config = filesystem(&dir, &root);
+    config.tool_roles = [("list_allowed_directories".to_owned(), Role::User)].into();
+    let manager = ready(config).await;
+    let proxy: &dyn mai_core::capabilities::McpProxy = &manager;
+
+    let tools = |listed: Vec<(String, String, String)>| -> Vec<String> {
+        listed.into_iter().map(|(_, tool, _)| tool).collect()
+    };
+    assert_eq!(
+        tools(proxy.list_tools(Role::User).await.unwrap()),
+        ["list_allowed_directories"]
+    );
+    assert!(proxy.list_tools(Role::Guest).await.unwrap().is_empty());
+    let admin = tools(proxy.list_tools(Role::Admin).await.unwrap());
+    assert!(admin.iter().any(|t| t == "write_file"), "{admin:?}");
+
+    let target = root.join("planner.txt");
+    let args = json!({"path": target.to_string_lossy(), "content": "from the planner"});
+    let refused = proxy
+        .call_tool(Role::User, "fs", "write_file", args.clone())
+        .await
+        .unwrap_err();
+    for part in [
+        "`write_file`",
+        "requires role admin",
+        "min_role",
+        "tool_roles",
+        "[[mcp.servers]]",
+    ] {
+        assert!(refused.contains(part), "{part}: {refused}");
+    }
+    assert!(!target.exists(), "the server never received the call");
+    let allowed = proxy
+        .call_tool(Role::User, "fs", "list_allowed_directories", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(allowed["success"], true, "{allowed}");
+
+    let written = proxy
+        .call_tool(Role::Admin, "fs", "write_file", args)
+        .await
+        .unwrap();
+    assert_eq!(written["success"], true, "{written}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "from the planner"
+    );
     manager.shutdown();
 }
 
@@ -337,6 +594,7 @@ async fn a_server_killed_mid_call_errors_then_restarts() {
         tokio::spawn(async move {
             manager
                 .call(
+                    Role::Admin,
                     "victim",
                     "trigger-long-running-operation",
                     json!({"duration": 20, "steps": 20}),
@@ -371,6 +629,7 @@ async fn a_server_killed_mid_call_errors_then_restarts() {
     assert!(restarted, "{:?}", manager.status());
     let result = manager
         .call(
+            Role::Admin,
             "victim",
             "echo",
             json!({"message": "again"}),
@@ -394,6 +653,7 @@ async fn concurrent_calls_to_one_server_are_not_serialized() {
         tokio::spawn(async move {
             manager
                 .call(
+                    Role::Admin,
                     "ev",
                     "trigger-long-running-operation",
                     json!({"duration": 6, "steps": 3}),
@@ -404,6 +664,7 @@ async fn concurrent_calls_to_one_server_are_not_serialized() {
     };
     let echo = manager
         .call(
+            Role::Admin,
             "ev",
             "echo",
             json!({"message": "quick"}),
@@ -430,6 +691,7 @@ async fn a_call_past_its_timeout_is_cancelled() {
     manager.start(&[config]).await;
     let error = manager
         .call(
+            Role::Admin,
             "slow",
             "trigger-long-running-operation",
             json!({"duration": 10, "steps": 10}),
@@ -441,6 +703,7 @@ async fn a_call_past_its_timeout_is_cancelled() {
     // The session survives a cancelled request.
     let echo = manager
         .call(
+            Role::Admin,
             "slow",
             "echo",
             json!({"message": "still here"}),
@@ -457,10 +720,20 @@ async fn registry_integration_and_config_reload() {
     let dir = peers_or_skip!();
     let manager = McpManager::new(ManagerOptions::default());
     let registry = ToolRegistry::new();
-    manager.start(&[paged(&dir), everything(&dir, "ev")]).await;
+    // `ev` lowered to user by the operator; `paged` keeps the default, admin.
+    let mut ev = everything(&dir, "ev");
+    ev.min_role = Role::User;
+    manager.start(&[paged(&dir), ev]).await;
     let report = apply_to_registry(&manager, &registry);
     assert!(report.refused.is_empty(), "{report:?}");
     assert!(registry.get("mcp_paged_tool_00").is_some());
+    assert!(
+        registry
+            .list_discoverable(Role::User)
+            .iter()
+            .all(|t| !t.name().starts_with("mcp_paged_")),
+        "admin-only by default"
+    );
     assert!(registry.get("mcp_ev_echo").is_some());
     assert!(
         registry
@@ -590,7 +863,7 @@ async fn tools_list_changed_refreshes_the_registry() {
     let mut changes = manager.subscribe();
     changes.borrow_and_update();
     let done = registry
-        .execute("mcp_grow_grow", Role::User, json!({}), &ctx(Role::User))
+        .execute("mcp_grow_grow", Role::Admin, json!({}), &ctx(Role::Admin))
         .await;
     assert_eq!(done.kind, OutcomeKind::Ok, "{:?}", done.value);
     let grown = wait_until(&manager, Duration::from_secs(20), |_| {
@@ -661,6 +934,8 @@ async fn everything_over_streamable_http() {
         .collect(),
         startup_timeout_secs: 30,
         call_timeout_secs: 30,
+        min_role: Role::Admin,
+        tool_roles: Default::default(),
     };
     let manager = McpManager::new(ManagerOptions::default());
     manager.start(&[config]).await;
@@ -673,6 +948,7 @@ async fn everything_over_streamable_http() {
     assert!(manager.tools().iter().any(|t| t.name == "mcp_web_echo"));
     let result = manager
         .call(
+            Role::Admin,
             "web",
             "echo",
             json!({"message": "over http"}),
@@ -701,6 +977,8 @@ async fn everything_over_legacy_sse() {
             .collect(),
         startup_timeout_secs: 30,
         call_timeout_secs: 30,
+        min_role: Role::Admin,
+        tool_roles: Default::default(),
     };
     let manager = McpManager::new(ManagerOptions::default());
     manager.start(&[config]).await;
@@ -717,6 +995,7 @@ async fn everything_over_legacy_sse() {
         async move {
             manager
                 .call(
+                    Role::Admin,
                     "old",
                     "echo",
                     json!({"message": format!("sse {i}")}),
@@ -759,6 +1038,8 @@ async fn a_legacy_sse_url_that_is_not_an_event_stream_fails_within_its_budget() 
         headers: Default::default(),
         startup_timeout_secs: 2,
         call_timeout_secs: 2,
+        min_role: Role::Admin,
+        tool_roles: Default::default(),
     };
     let manager = McpManager::new(ManagerOptions::default());
     manager.start(&[config]).await;
@@ -820,12 +1101,22 @@ async fn a_timed_out_call_sends_notifications_cancelled() {
         manager.status()
     );
     let error = manager
-        .call_by_name("mcp_c_slow", json!({}), &CancellationToken::new())
+        .call_by_name(
+            Role::Admin,
+            "mcp_c_slow",
+            json!({}),
+            &CancellationToken::new(),
+        )
         .await
         .unwrap_err();
     assert!(error.to_string().contains("call_timeout_secs"), "{error}");
     let seen = manager
-        .call_by_name("mcp_c_was_cancelled", json!({}), &CancellationToken::new())
+        .call_by_name(
+            Role::Admin,
+            "mcp_c_was_cancelled",
+            json!({}),
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -834,7 +1125,7 @@ async fn a_timed_out_call_sends_notifications_cancelled() {
     );
     assert!(
         manager
-            .call_by_name("mcp_c", json!({}), &CancellationToken::new())
+            .call_by_name(Role::Admin, "mcp_c", json!({}), &CancellationToken::new())
             .await
             .is_err(),
         "no prefix matching"
@@ -886,6 +1177,7 @@ async fn a_server_of_protocol_2024_11_05_works() {
     );
     let result = manager
         .call(
+            Role::Admin,
             "v1",
             "hello",
             json!({"name": "2024"}),

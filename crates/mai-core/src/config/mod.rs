@@ -601,6 +601,7 @@ fn parse_env_value(raw: &str) -> toml::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::role::Role;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -671,5 +672,41 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("two servers named `a`"), "{err}");
+    }
+
+    #[test]
+    fn mcp_server_tools_are_admin_only_unless_the_operator_lowers_them() {
+        let text = "[[mcp.servers]]\nname = \"fs\"\ncommand = \"x\"\n\
+                    [[mcp.servers]]\nname = \"web\"\ncommand = \"y\"\nmin_role = \"user\"\n\
+                    tool_roles = { search = \"guest\", admin_only = \"admin\" }\n";
+        let config = Config::parse(text, env(&[])).unwrap();
+        let (fs, web) = (&config.mcp.servers[0], &config.mcp.servers[1]);
+        assert_eq!(fs.min_role, Role::Admin);
+        assert!(fs.tool_roles.is_empty());
+        assert_eq!(web.min_role, Role::User);
+        assert_eq!(web.tool_roles["search"], Role::Guest);
+        assert_eq!(web.tool_roles["admin_only"], Role::Admin);
+    }
+
+    #[test]
+    fn a_misspelled_mcp_role_is_refused_with_the_valid_names() {
+        for (text, key) in [
+            (
+                "[[mcp.servers]]\nname = \"fs\"\nmin_role = \"users\"\n",
+                "mcp.servers.min_role",
+            ),
+            (
+                "[[mcp.servers]]\nname = \"fs\"\ntool_roles = { read = \"Admin\" }\n",
+                "mcp.servers.tool_roles.read",
+            ),
+        ] {
+            let err = Config::parse(text, env(&[])).unwrap_err().to_string();
+            assert!(err.contains("unknown variant"), "{err}");
+            assert!(err.contains(key), "the error names the key: {err}");
+            assert!(
+                err.contains("guest") && err.contains("user") && err.contains("admin"),
+                "the error lists the valid roles: {err}"
+            );
+        }
     }
 }

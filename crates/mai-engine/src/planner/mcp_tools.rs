@@ -1,9 +1,12 @@
 //! `list_mcp_tools` and `call_mcp_tool`: the planner's two proxy tools onto every configured MCP
 //! server, so MCP tools need no planner tool of their own each (SYSTEM.md §7).
 //!
-//! They go through [`McpProxy`]; without one (no MCP manager wired) they answer with a clear
-//! "no MCP servers are configured" result rather than failing, so a planner that tries them
-//! learns the capability is absent instead of retrying.
+//! They go through [`McpProxy`] with the caller's role (`ctx.role()`: the speaker's), which lists
+//! and calls only the MCP tools that role may use (`[[mcp.servers]] min_role` / `tool_roles`,
+//! admin by default). The two tools themselves are open to every role: the per-tool roles are the
+//! gate, the same ones the agent loop's `mcp_*` tools carry. Without a proxy (no MCP manager
+//! wired) they answer with a clear "no MCP servers are configured" result rather than failing, so
+//! a planner that tries them learns the capability is absent instead of retrying.
 
 use std::sync::Arc;
 
@@ -37,7 +40,7 @@ pub(super) fn mcp_tools(
             "list_mcp_tools",
             LIST,
             Visibility::Discoverable,
-            Role::Admin,
+            Role::Guest,
             {
                 let mcp = mcp.clone();
                 lazy(move || ListMcpTools(mcp.clone()))
@@ -47,7 +50,7 @@ pub(super) fn mcp_tools(
             "call_mcp_tool",
             CALL,
             Visibility::Discoverable,
-            Role::Admin,
+            Role::Guest,
             lazy(move || CallMcpTool(mcp.clone())),
         )?,
     ])
@@ -62,11 +65,11 @@ struct ListMcpTools(Option<Arc<dyn McpProxy>>);
 impl TypedTool for ListMcpTools {
     type Args = ListArgs;
 
-    async fn call(&self, _ctx: &ToolContext, _args: ListArgs) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, _args: ListArgs) -> Result<Value, ToolError> {
         let Some(mcp) = &self.0 else {
             return Ok(json!({"success": true, "tools": [], "note": NO_MCP}));
         };
-        let tools = mcp.list_tools().await.map_err(|e| {
+        let tools = mcp.list_tools(ctx.role()).await.map_err(|e| {
             ToolError::new(format!("could not list the MCP tools: {e}; retry later"))
         })?;
         let tools: Vec<Value> = tools
@@ -94,7 +97,7 @@ struct CallMcpTool(Option<Arc<dyn McpProxy>>);
 impl TypedTool for CallMcpTool {
     type Args = CallArgs;
 
-    async fn call(&self, _ctx: &ToolContext, args: CallArgs) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: CallArgs) -> Result<Value, ToolError> {
         let Some(mcp) = &self.0 else {
             return Err(ToolError::new(NO_MCP));
         };
@@ -105,11 +108,112 @@ impl TypedTool for CallMcpTool {
             ));
         }
         let arguments = Value::Object(args.arguments.unwrap_or_default());
-        let result = mcp.call_tool(server, tool, arguments).await.map_err(|e| {
-            ToolError::new(format!(
-                "MCP tool `{tool}` of server `{server}` failed: {e}"
-            ))
-        })?;
+        let result = mcp
+            .call_tool(ctx.role(), server, tool, arguments)
+            .await
+            .map_err(|e| {
+                ToolError::new(format!(
+                    "MCP tool `{tool}` of server `{server}` failed: {e}"
+                ))
+            })?;
         Ok(json!({"success": true, "server": server, "tool": tool, "result": result}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use mai_core::config::Config;
+    use mai_core::ids::StreamId;
+    use mai_core::task::TaskId;
+    use mai_core::tool::{FixedRole, ToolOutcome, ToolRegistry};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// A proxy with one tool per role (`for_guest`, `for_user`, `for_admin`) that records every
+    /// call it lets through.
+    #[derive(Default)]
+    struct RoleProxy {
+        reached: Mutex<Vec<String>>,
+    }
+
+    fn role_of(tool: &str) -> Role {
+        tool.trim_start_matches("for_").parse().unwrap()
+    }
+
+    #[async_trait]
+    impl McpProxy for RoleProxy {
+        async fn list_tools(&self, role: Role) -> Result<Vec<(String, String, String)>, String> {
+            Ok(Role::ALL
+                .into_iter()
+                .filter(|tool_role| *tool_role <= role)
+                .map(|r| ("srv".into(), format!("for_{r}"), String::new()))
+                .collect())
+        }
+
+        async fn call_tool(
+            &self,
+            role: Role,
+            _server: &str,
+            tool: &str,
+            _args: Value,
+        ) -> Result<Value, String> {
+            // The real proxy refuses before contacting the server; so does this one.
+            if role < role_of(tool) {
+                return Err(format!("`{tool}` requires role {}", role_of(tool)));
+            }
+            self.reached.lock().unwrap().push(tool.to_owned());
+            Ok(json!("done"))
+        }
+    }
+
+    fn ctx(role: Role) -> ToolContext {
+        ToolContext::new(
+            TaskId::new(),
+            "qq:1".parse().unwrap(),
+            StreamId::new("s1").unwrap(),
+            "qq",
+            Arc::new(FixedRole(role)),
+            CancellationToken::new(),
+            Arc::new(Config::default()),
+        )
+    }
+
+    async fn run(registry: &ToolRegistry, role: Role, name: &str, args: Value) -> ToolOutcome {
+        registry.execute(name, role, args, &ctx(role)).await
+    }
+
+    #[tokio::test]
+    async fn the_proxy_tools_list_and_call_with_the_callers_role() {
+        let proxy = Arc::new(RoleProxy::default());
+        let registry = ToolRegistry::new();
+        for tool in mcp_tools(Some(proxy.clone())).unwrap() {
+            registry.register(tool);
+        }
+
+        let listed = run(&registry, Role::User, "list_mcp_tools", json!({})).await;
+        assert!(listed.is_ok(), "{:?}", listed.value);
+        let names: Vec<&Value> = listed.value["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| &t["tool"])
+            .collect();
+        assert_eq!(names, [&json!("for_guest"), &json!("for_user")]);
+
+        let args = |tool: &str| json!({"server": "srv", "tool": tool});
+        let refused = run(&registry, Role::User, "call_mcp_tool", args("for_admin")).await;
+        let message = refused.error_message().unwrap_or_default();
+        assert!(message.contains("requires role admin"), "{message}");
+        let done = run(&registry, Role::Guest, "call_mcp_tool", args("for_guest")).await;
+        assert_eq!(done.value["result"], "done", "{:?}", done.value);
+        let done = run(&registry, Role::Admin, "call_mcp_tool", args("for_admin")).await;
+        assert_eq!(done.value["result"], "done", "{:?}", done.value);
+        assert_eq!(*proxy.reached.lock().unwrap(), ["for_guest", "for_admin"]);
     }
 }
