@@ -100,8 +100,7 @@ async fn a_round_of_create_subtask_calls_makes_at_most_max_children() {
     let last = model
         .agent_requests()
         .into_iter()
-        .filter(|r| first_user_text(r).contains("bomb"))
-        .last()
+        .rfind(|r| first_user_text(r).contains("bomb"))
         .unwrap();
     let results = tool_results(&last);
     assert_eq!(results.len(), MAX_TOOL_CALLS_PER_ROUND);

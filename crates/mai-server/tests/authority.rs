@@ -180,8 +180,8 @@ async fn a_guest_speaker_gets_a_task_with_guest_tools_only_from_the_planner_over
         .collect();
     assert_eq!(
         refused.len(),
-        2,
-        "both run_command calls refused: {refused:?}"
+        3,
+        "run_command twice and ask_user refused: {refused:?}"
     );
 }
 
