@@ -63,7 +63,9 @@ async fn run_drives_tools_writes_files_and_delivers_the_answer() {
         stderr.contains("→ write") && stderr.contains("← read ok"),
         "live progress: {stderr}"
     );
-    let written = std::fs::read_to_string(data.path().join("files/notes/plan.txt")).unwrap();
+    // A user's files live in their own space (`console:local` at the terminal).
+    let space = data.path().join("files/people/console/local");
+    let written = std::fs::read_to_string(space.join("notes/plan.txt")).unwrap();
     assert_eq!(written, "day 1: temples");
 
     // The task is in the local store, with its timeline.

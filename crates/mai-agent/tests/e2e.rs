@@ -161,7 +161,8 @@ async fn a_planner_task_asks_in_the_group_gets_the_answer_over_onebot_and_delive
     std::fs::write(
         &config,
         format!(
-            "[server]\nauth_token = \"{TOKEN}\"\n\n[channels.onebot]\nenabled = true\nurl = \"{}\"\n",
+            "[server]\nauth_token = \"{TOKEN}\"\n\n[channels.onebot]\nenabled = true\nurl = \"{}\"\n\n\
+             [permission]\nusers = [\"qq:{ALICE}\"]\n",
             onebot.url
         ),
     )

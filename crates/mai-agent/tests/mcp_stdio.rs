@@ -49,7 +49,12 @@ fn workspace() -> (tempfile::TempDir, PathBuf) {
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,
-        format!("[llm]\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\n[polish]\nenabled = false\n"),
+        // The probe sends no `_meta` (no speaker): planner calls get `[planner] default_role`,
+        // here the operator's own terminal setup, admin.
+        format!(
+            "[llm]\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\n[polish]\nenabled = false\n\n\
+             [planner]\ndefault_role = \"admin\"\n"
+        ),
     )
     .unwrap();
     (dir, config)

@@ -446,15 +446,15 @@ async fn stream_isolation_refuses_forged_streams_and_hides_other_streams_tasks()
         "untouched"
     );
 
-    // reply_stream_id may target another stream on purpose.
-    let cross = call(
-        &harness,
-        &registry,
-        "subagent_create",
-        json!({"intent": "tell b", "stream_id": "grp-a", "chat_id": "grp-a",
-               "reply_stream_id": "grp-b", "delay_seconds": 3600}),
-    )
-    .await;
+    // reply_stream_id may target another stream on purpose, within the speaker's reach: not
+    // for a planner that speaks with nobody, anywhere for an admin speaker.
+    let mut cross = json!({"intent": "tell b", "stream_id": "grp-a", "chat_id": "grp-a",
+           "reply_stream_id": "grp-b", "delay_seconds": 3600});
+    let refused = call(&harness, &registry, "subagent_create", cross.clone()).await;
+    assert!(error_of(&refused).contains("may only send to its own chat"));
+    cross["user_id"] = json!("admin");
+    cross["platform"] = json!("qq");
+    let cross = call(&harness, &registry, "subagent_create", cross).await;
     let cross_id = id_of(&cross);
     assert_eq!(
         record(&harness.engine, cross_id)

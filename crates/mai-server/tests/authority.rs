@@ -361,3 +361,174 @@ async fn a_speaker_the_model_names_is_not_one_and_no_speaker_gets_the_default_ro
     assert!(!marker.exists(), "a command ran");
     assert_eq!(all_tasks(&service).await.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_task_delivers_only_within_its_speakers_reach() {
+    let (mut service, served) = start(test_config(), vec![ChatResponse::text("t")]).await;
+    service
+        .say("admin", None, "the root password is hunter2")
+        .await;
+    service.say("user", Some("42"), "hi").await;
+    // A user's planner turn in group 42 asks for the result in the admin's private chat.
+    let refused = planner(
+        &served,
+        "subagent_create",
+        json!({"intent": "summarise", "stream_id": GROUP, "reply_stream_id": "qq:admin"}),
+        in_group("user"),
+    )
+    .await;
+    assert_eq!(refused["success"], false, "{refused}");
+    assert!(all_tasks(&service).await.is_empty());
+    // Into the user's own private chat it may.
+    service.say("user", None, "me").await;
+    let made = planner(
+        &served,
+        "subagent_create",
+        json!({"intent": "summarise", "stream_id": GROUP, "reply_stream_id": "qq:user",
+               "delay_seconds": 3600}),
+        in_group("user"),
+    )
+    .await;
+    assert_eq!(made["success"], true, "{made}");
+    let id = created(&mut service).await;
+    assert_eq!(task(&service, id).await.reply_stream().as_str(), "qq:user");
+}
+
+/// Runs one agent task for `user` in group 42 (created with `/mt create`) whose model makes
+/// `calls` one per round; returns the tool results it saw.
+async fn run_in_group(service: &mut Service, user: &str, calls: Vec<ChatResponse>) -> Vec<Value> {
+    service.model.push_response(ChatResponse::text("a task"));
+    let count = calls.len();
+    for response in calls {
+        service.model.push_response(response);
+    }
+    service.model.push_response(ChatResponse::text("done"));
+    service.say(user, Some("42"), "/mt create do the job").await;
+    let id = created(service).await;
+    service.wait_status(id, TaskStatus::Completed).await;
+    let results = last_results(service);
+    assert_eq!(results.len(), count, "{results:?}");
+    results
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_task_reads_and_sends_only_within_its_requesters_chats() {
+    let (mut service, _served) = start(test_config(), Vec::new()).await;
+    service
+        .say("admin", None, "the root password is hunter2")
+        .await;
+    service.say("stranger", None, "hello").await;
+    service
+        .say("other", Some("77"), "the deploy key is in the vault")
+        .await;
+    let results = run_in_group(
+        &mut service,
+        "user",
+        vec![
+            call("fetch_history", json!({"chat_id": "qq:admin"})),
+            call(
+                "search_memory",
+                json!({"query": "password", "chat_id": "qq:admin"}),
+            ),
+            call("fetch_history", json!({"chat_id": "qq:group:77"})),
+            call(
+                "send_message",
+                json!({"text": "send me the key", "user_id": "stranger"}),
+            ),
+            call("send_message", json!({"text": "hi", "group_id": "77"})),
+            call("send_message", json!({"text": "hi", "group_id": "404"})),
+            call(
+                "send_message",
+                json!({"text": "please send me the deploy key", "stream_id": "qq:admin",
+                       "on_behalf_of": "Boss (admin)"}),
+            ),
+        ],
+    )
+    .await;
+    for result in &results {
+        assert_eq!(result["success"], false, "{result}");
+        let text = result.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains("vault"),
+            "{text}"
+        );
+    }
+    // Nothing was sent but the command's reply and the task's answer, into its own chat.
+    let sent = service.channel.sent.lock().unwrap().clone();
+    assert!(sent.iter().all(|(stream, _)| stream == GROUP), "{sent:?}");
+    assert!(
+        !sent.iter().any(|(_, text)| text.contains("key")),
+        "{sent:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_task_has_its_own_file_space_under_a_quota() {
+    let mut config = test_config();
+    config.files.quota_mb = 1;
+    let service = Service::start_with(
+        ScriptedModel::default(),
+        ServiceOptions {
+            config,
+            files: true,
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    let mut service = service;
+    let secret = "reports/ops-secrets.md";
+    // The admin's task keeps a secret report.
+    service.model.push_response(ChatResponse::text("report"));
+    service.model.push_response(call(
+        "write",
+        json!({"path": secret, "content": "root: hunter2"}),
+    ));
+    service.model.push_response(ChatResponse::text("written"));
+    service
+        .say("admin", None, "/mt create write the ops report")
+        .await;
+    let id = created(&mut service).await;
+    service.wait_status(id, TaskStatus::Completed).await;
+    let on_disk = service.dir.path().join("files").join(secret);
+    assert_eq!(std::fs::read_to_string(&on_disk).unwrap(), "root: hunter2");
+
+    let half = "x".repeat(600 * 1024);
+    let results = run_in_group(
+        &mut service,
+        "user",
+        vec![
+            call("read", json!({"path": secret})),
+            call("read", json!({"path": format!("../../../{secret}")})),
+            call("read", json!({"path": "."})),
+            call("write", json!({"path": secret, "content": "pwned"})),
+            call("write", json!({"path": "big.txt", "content": half})),
+            call(
+                "write",
+                json!({"path": "big.txt", "content": half, "append": true}),
+            ),
+        ],
+    )
+    .await;
+    for (index, result) in results.iter().enumerate() {
+        let expected = matches!(index, 2 | 3 | 4);
+        assert_eq!(
+            result["success"] == true,
+            expected,
+            "call {index}: {result}"
+        );
+        assert!(!result.to_string().contains("hunter2"), "{result}");
+    }
+    assert!(
+        results[5]["error"].as_str().unwrap().contains("quota"),
+        "{:?}",
+        results[5]
+    );
+    // The admin's file is untouched; the user's write landed in their own space.
+    assert_eq!(std::fs::read_to_string(&on_disk).unwrap(), "root: hunter2");
+    let own = service.dir.path().join("files/people/qq/user");
+    assert_eq!(std::fs::read_to_string(own.join(secret)).unwrap(), "pwned");
+    assert_eq!(
+        std::fs::metadata(own.join("big.txt")).unwrap().len(),
+        600 * 1024
+    );
+}

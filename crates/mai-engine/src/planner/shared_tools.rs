@@ -66,10 +66,13 @@ impl Shared {
         if outcome.is_ok() {
             return Ok(outcome.value);
         }
-        // The shared tool already worded the error for a model; pass it on as is.
+        // The shared tool already worded the error for a model; pass it on as is (the planner
+        // registry names the tool again, so its own prefix goes).
         let message = outcome
             .error_message()
             .map_or_else(|| outcome.value.to_string(), str::to_owned);
+        let prefix = format!("tool `{name}` failed: ");
+        let message = message.strip_prefix(&prefix).unwrap_or(&message).to_owned();
         Err(ToolError(message))
     }
 }

@@ -226,7 +226,7 @@ impl TypedTool for Create {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: CreateArgs,
     ) -> Result<Value, ToolError> {
         let cron = non_empty(args.cron_expr);
@@ -243,6 +243,7 @@ impl TypedTool for Create {
         };
         create(
             &self.0,
+            ctx,
             &args.stream_id,
             args.injected,
             CreateTask {
@@ -279,7 +280,7 @@ impl TypedTool for Schedule {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: ScheduleArgs,
     ) -> Result<Value, ToolError> {
         let Some(expr) = non_empty(Some(args.cron_expr)) else {
@@ -289,6 +290,7 @@ impl TypedTool for Schedule {
         };
         create(
             &self.0,
+            ctx,
             &args.stream_id,
             args.injected,
             CreateTask {
@@ -303,6 +305,7 @@ impl TypedTool for Schedule {
 
 async fn create(
     facade: &Facade,
+    ctx: &mai_core::tool::ToolContext,
     stream_id: &str,
     injected: Injected,
     request: CreateTask,
@@ -310,6 +313,10 @@ async fn create(
     // The task acts for the speaker (the caller's requester): it runs with their role and
     // their reply in the stream answers its questions.
     let (engine, caller) = facade.enter(stream_id, injected).await?;
+    // Delivering elsewhere is sending there: only within the speaker's reach.
+    if let Some(target) = &request.reply_stream_id {
+        mai_tools::check_reach(engine.host.as_ref(), ctx, target, mai_tools::Reach::Send).await?;
+    }
     let task = engine.create(&caller, request).await.map_err(failed)?;
     let mut result = summary(&task);
     if let Some(object) = result.as_object_mut() {
