@@ -86,11 +86,16 @@ async fn all_tasks(service: &Service) -> Vec<TaskRecord> {
     tasks
 }
 
+/// The next task created, reply tasks (the delivery of a result) skipped.
 async fn created(service: &mut Service) -> TaskId {
-    let event = service
-        .wait_for("a task created", |e| matches!(e, TaskEvent::Created { .. }))
-        .await;
-    event.task_id()
+    loop {
+        let event = service
+            .wait_for("a task created", |e| matches!(e, TaskEvent::Created { .. }))
+            .await;
+        if !task(service, event.task_id()).await.metadata.is_reply {
+            return event.task_id();
+        }
+    }
 }
 
 fn agent_requests(service: &Service) -> Vec<ChatRequest> {
