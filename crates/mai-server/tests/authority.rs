@@ -515,7 +515,7 @@ async fn a_user_task_has_its_own_file_space_under_a_quota() {
     )
     .await;
     for (index, result) in results.iter().enumerate() {
-        let expected = matches!(index, 2 | 3 | 4);
+        let expected = matches!(index, 2..=4);
         assert_eq!(
             result["success"] == true,
             expected,
