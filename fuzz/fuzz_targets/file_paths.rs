@@ -107,6 +107,15 @@ fn plant(root: &Path, outside: &Path) {
     );
 }
 
+/// The traps in the sandbox root and in the space of qq:1 (`people/qq/1`), whom the non-admin
+/// calls act for.
+fn plant_all(root: &Path, outside: &Path) {
+    plant(root, outside);
+    let space = root.join("people/qq/1");
+    must(fs::create_dir_all(&space), "space");
+    plant(&space, outside);
+}
+
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let tmp = must(tempfile::tempdir(), "tempdir");
     let base = tmp.path().to_path_buf();
@@ -115,7 +124,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     must(fs::create_dir_all(&root), "root");
     must(fs::create_dir_all(&outside), "outside");
     must(fs::write(outside.join("secret.txt"), SECRET), "secret");
-    plant(&root, &outside);
+    plant_all(&root, &outside);
     let registry = ToolRegistry::new();
     for tool in must(mai_tools::files::file_tools(root.clone()), "file tools") {
         registry.register(tool);
@@ -146,7 +155,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let fixture = &*FIXTURE;
     if fixture.calls.fetch_add(1, Ordering::Relaxed) % RESET_EVERY == RESET_EVERY - 1 {
-        plant(&fixture.root, &fixture.outside);
+        plant_all(&fixture.root, &fixture.outside);
     }
     let (role, admin_open) = CONFINED[usize::from(selector % 3)];
     let path = String::from_utf8_lossy(rest).into_owned();
@@ -169,7 +178,8 @@ fuzz_target!(|data: &[u8]| {
         Arc::new(FixedRole(role)),
         CancellationToken::new(),
         Arc::new(config),
-    );
+    )
+    .with_requester(Some(must("qq:1".parse(), "requester")));
     let outcome = fixture
         .runtime
         .block_on(fixture.registry.execute(tool, role, args, &ctx));
