@@ -8,7 +8,7 @@
 mod common;
 
 use common::mcp::Mcp;
-use common::{Served, Service, ServiceOptions, TOKEN, ask, call, json_of, serve, test_config};
+use common::{Served, Service, ServiceOptions, TOKEN, ask, call, serve, test_config};
 use mai_core::config::{Config, ServerConfig};
 use mai_core::model::{ChatRequest, ChatResponse, MessageRole, ModelPurpose};
 use mai_core::role::Role;
@@ -55,16 +55,9 @@ fn in_group(user: &str) -> Value {
     json!({"chat_id": GROUP, "platform": "qq", "user_id": user, "group_id": "42"})
 }
 
+/// A planner tool call that reached its tool (HTTP 200); its outcome.
 async fn planner(served: &Served, tool: &str, arguments: Value, context: Value) -> Value {
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/planner/tools/{tool}"))
-            .json(&json!({"arguments": arguments, "context": context}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = common::planner(served, tool, arguments, context).await;
     assert_eq!(status, 200, "{body}");
     body
 }

@@ -9,7 +9,7 @@
 mod common;
 
 use common::mcp::Mcp;
-use common::{Served, Service, ServiceOptions, TOKEN, call, json_of, serve, test_config};
+use common::{Served, Service, ServiceOptions, TOKEN, call, json_of, planner, serve, test_config};
 use mai_core::config::ServerConfig;
 use mai_core::host::PluginApi;
 use mai_core::model::{ChatResponse, MessageRole};
@@ -41,18 +41,6 @@ async fn start() -> (Service, Served) {
     let service = Service::start(ScriptedModel::default()).await;
     let served = serve_all(&service).await;
     (service, served)
-}
-
-async fn planner(served: &Served, tool: &str, arguments: Value, context: Value) -> (u16, Value) {
-    json_of(
-        served
-            .post(&format!("/v1/planner/tools/{tool}"))
-            .json(&json!({"arguments": arguments, "context": context}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
 }
 
 async fn message(

@@ -28,7 +28,7 @@ use mai_host::{ChannelSender, EmbeddedConfig, EmbeddedHost, IncomingMessage};
 use mai_llm::ScriptedModel;
 use mai_server::{HttpOptions, Metrics, ServerState};
 use mai_store::SqliteStore;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 /// A channel that records what the bot sent, and hands each message to the test as it is sent.
@@ -377,4 +377,22 @@ pub async fn json_of(response: reqwest::Response) -> (u16, serde_json::Value) {
     let value = serde_json::from_str(&text)
         .unwrap_or_else(|_| panic!("status {status}: body is not JSON: {text}"));
     (status, value)
+}
+
+/// `POST /v1/planner/tools/{tool}` with `arguments` and the host `context`.
+pub async fn planner(
+    served: &Served,
+    tool: &str,
+    arguments: Value,
+    context: Value,
+) -> (u16, Value) {
+    json_of(
+        served
+            .post(&format!("/v1/planner/tools/{tool}"))
+            .json(&json!({"arguments": arguments, "context": context}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
 }
