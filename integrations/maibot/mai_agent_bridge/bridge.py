@@ -140,7 +140,7 @@ class BridgeClient:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any failure means: retry later
                     self._log.warning(
-                        "mai-agent bridge at %s unavailable (%s); retrying in %.0f s. "
+                        "mai-agent bridge at %s unavailable (%s); retrying in %g s. "
                         "Check that `mai-agent serve` runs there and the token matches.",
                         bridge_url(endpoint),
                         exc,

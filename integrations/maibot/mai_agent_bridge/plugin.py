@@ -246,7 +246,8 @@ class MaiAgentBridgePlugin(MaiBotPlugin):
             return {"action": "continue"}
         if board is None:
             return {"action": "continue"}
-        return {"action": "continue", "modified_kwargs": {"items": [*items, _board_item(board)]}}
+        # MaiBot replaces all hook kwargs with `modified_kwargs`: pass every one of them on.
+        return {"action": "continue", "modified_kwargs": {**kwargs, "items": [*items, _board_item(board)]}}
 
     @HookHandler(
         "maisaka.planner.after_response",
