@@ -4,7 +4,7 @@
 The MaiBot plugin registers its tools when MaiBot loads it, before it can ask mai-agent, so it
 ships `mai_agent_bridge/planner_tools.json`. This script fetches `GET /v1/planner/tools` and
 exits 1 when names, order, descriptions, parameters or visibility differ (printing what), 0
-when they match. `--write` replaces the shipped file with mai-agent's list.
+when they match, 2 when mai-agent cannot be read. `--write` replaces the shipped file with mai-agent's list.
 
     python3 integrations/maibot/check_tools.py [--url http://127.0.0.1:8760] [--token T] [--write]
 

@@ -80,7 +80,7 @@ class MaiAgentApi:
         board = data.get("board") if isinstance(data, dict) else None
         return board if isinstance(board, str) and board.strip() else None
 
-    async def message(self, body: dict[str, Any], timeout: float = 15.0) -> dict[str, Any]:
+    async def message(self, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         status, data = await self.request("POST", "/v1/messages", body, timeout=timeout)
         if status >= 300 or not isinstance(data, dict):
             raise ApiError(f"POST /v1/messages answered {status}: {data}")

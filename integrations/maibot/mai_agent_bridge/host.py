@@ -23,6 +23,13 @@ def _str(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
+def _seconds(timestamp: Any) -> float:
+    try:
+        return float(timestamp)
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _rfc3339(timestamp: Any) -> str:
     try:
         return datetime.fromtimestamp(float(timestamp), tz=timezone.utc).isoformat()
@@ -129,20 +136,13 @@ class MaiBotHost:
         messages = await self._ctx.message.get_recent(chat_id=stream_id, limit=limit)
         if isinstance(messages, dict) and messages.get("success") is False:
             raise HostError("failed", f"MaiBot could not read messages: {messages.get('error')}")
+        rows = [m for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)]
+        rows.sort(key=lambda m: _seconds(m.get("timestamp")))
         out = []
-        for m in messages if isinstance(messages, list) else []:
-            user = ((m.get("message_info") or {}).get("user_info") or {}) if isinstance(m, dict) else {}
-            out.append(
-                {
-                    "sender": _str(user.get("user_cardname")) or _str(user.get("user_nickname")) or _str(user.get("user_id")),
-                    "text": _str(m.get("processed_plain_text")),
-                    "at": _rfc3339(m.get("timestamp")),
-                    "_t": float(m.get("timestamp") or 0) if _str(m.get("timestamp")).replace(".", "", 1).isdigit() else 0.0,
-                }
-            )
-        out.sort(key=lambda e: e["_t"])
-        for e in out:
-            del e["_t"]
+        for m in rows:
+            user = (m.get("message_info") or {}).get("user_info") or {}
+            sender = _str(user.get("user_cardname")) or _str(user.get("user_nickname")) or _str(user.get("user_id"))
+            out.append({"sender": sender, "text": _str(m.get("processed_plain_text")), "at": _rfc3339(m.get("timestamp"))})
         return out[-limit:]
 
     async def jargon(self, params: dict[str, Any]) -> Any:

@@ -268,7 +268,7 @@ class MaiAgentBridgePlugin(MaiBotPlugin):
         name="mai_agent_inbound",
         description="Forwards each inbound message to mai-agent; stops MaiBot on /maitask commands",
         mode=HookMode.BLOCKING,
-        timeout_ms=20000,
+        timeout_ms=12000,
         error_policy=ErrorPolicy.SKIP,
     )
     async def on_message(self, **kwargs: Any) -> dict[str, Any]:
