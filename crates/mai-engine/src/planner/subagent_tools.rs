@@ -107,7 +107,8 @@ fn typed<T: TypedTool>(
     (name, description): (String, String),
     tool: T,
 ) -> Result<ToolDefinition, ToolDefinitionError> {
-    // The planner runs as admin; the registry's role gate is not what protects these tools.
+    // Admin here is the channel gate every planner call passes; what a call may do is decided
+    // by the facade, with the speaker's role (see `isolation`).
     ToolDefinition::typed(
         name,
         description,
