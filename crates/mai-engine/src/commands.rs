@@ -182,8 +182,16 @@ async fn list(
     if all && !everyone {
         note.push_str("-all is for admins; showing your tasks\n");
     }
+    // "Your tasks" are the tasks acting for you, whoever owns them: a planner task made for you
+    // is owned by the planner of its chat.
+    let (requester, owner) = match (&caller.requester, everyone) {
+        (_, true) => (None, None),
+        (Some(person), false) => (Some(person.clone()), None),
+        (None, false) => (None, Some(caller.owner.clone())),
+    };
     let filter = TaskFilter {
-        owner: (!everyone).then(|| caller.owner.clone()),
+        requester,
+        owner,
         statuses,
         limit: Some(LIST_LIMIT + 1),
         ..TaskFilter::default()

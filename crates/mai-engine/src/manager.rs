@@ -126,11 +126,12 @@ impl Caller {
     }
 
     /// Whether `task` acts for the same person as this caller (a task acting for nobody is
-    /// the caller's when the caller acts for nobody either and owns it).
+    /// the caller's when the caller acts for nobody either and owns it — unless its door fixed
+    /// its role: the API token's tasks share the planner's owner but are admin's alone).
     pub fn is_requester_of(&self, task: &TaskRecord) -> bool {
         match (&self.requester, task.requester()) {
             (Some(mine), Some(theirs)) => mine == theirs,
-            (None, None) => task.owner == self.owner,
+            (None, None) => task.owner == self.owner && task.metadata.fixed_role.is_none(),
             _ => false,
         }
     }

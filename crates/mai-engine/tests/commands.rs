@@ -6,11 +6,12 @@
 mod common;
 
 use common::*;
+use mai_core::ids::{Owner, StreamId};
 use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskRecord, TaskStatus, Trigger};
 use mai_engine::commands::handle_command;
-use mai_engine::manager::{Caller, CreateTask};
+use mai_engine::manager::{Caller, CreateTask, Door};
 use serde_json::json;
 
 fn config() -> mai_core::config::Config {
@@ -269,4 +270,28 @@ async fn list_all_is_admin_only_and_status_filters() {
     );
     let bad = reply(&harness, &user(), "/mt list sleeping").await;
     assert!(bad.starts_with("unknown task status `sleeping`"), "{bad}");
+}
+
+#[tokio::test]
+async fn list_shows_the_tasks_acting_for_the_caller_whoever_owns_them() {
+    let harness = harness().await;
+    let mine = later(&harness, &user(), "mine").await;
+    // A planner's task made for the user (and one for the admin): owned by the planner of the
+    // chat, acting for them.
+    let planner_for = |who: &Caller| Caller {
+        owner: Owner::planner(StreamId::new("s").unwrap()),
+        door: Door::Planner,
+        ..who.clone()
+    };
+    let planned = later(&harness, &planner_for(&user()), "planned for me").await;
+    let for_admin = later(&harness, &planner_for(&admin()), "planned for the admin").await;
+    assert_eq!(planned.requester(), user().requester.as_ref());
+    let line = |t: &TaskRecord| format!("{} scheduled {}", t.id.short(), t.title);
+
+    let listed = reply(&harness, &user(), "/mt list").await;
+    assert!(listed.contains(&line(&mine)), "{listed}");
+    assert!(listed.contains(&line(&planned)), "{listed}");
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    let admin_own = reply(&harness, &admin(), "/mt list").await;
+    assert_eq!(admin_own, line(&for_admin));
 }

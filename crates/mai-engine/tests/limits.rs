@@ -253,3 +253,48 @@ async fn a_reply_is_delivered_even_when_its_requester_is_at_the_cap() {
     assert_eq!(reply.len(), 1, "only the task itself counts as made");
     assert_eq!(reply[0].id, task.id);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creations_at_the_same_time_cannot_pass_a_cap_together() {
+    let mut config = test_config();
+    config.limits.max_active_per_requester = 3;
+    let h = Harness::start(config, RuleModel::new(|_| Ok(ChatResponse::text("ok")))).await;
+    let user = caller("user", Role::User, "s");
+    // Twelve at once: each counts 0 before any is written, unless the admission lock holds.
+    let attempts = (0..12).map(|i| h.engine.create(&user, later(&format!("t{i}"))));
+    let results = futures::future::join_all(attempts).await;
+    let made = results.iter().filter(|result| result.is_ok()).count();
+    assert_eq!(made, 3, "all but three refused by the cap");
+    for refused in results.iter().filter_map(|result| result.as_ref().err()) {
+        assert!(
+            refused
+                .to_string()
+                .contains("[limits] max_active_per_requester = 3"),
+            "{refused}"
+        );
+    }
+    assert_eq!(made_tasks(&h.engine).await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_chat_has_its_own_cap_on_recurring_tasks() {
+    let mut config = test_config();
+    config.permission.users.push("qq:other".into());
+    config.limits.max_cron_per_stream = 2;
+    let h = Harness::start(config, RuleModel::new(|_| Ok(ChatResponse::text("ok")))).await;
+    let e = &h.engine;
+    e.create(&caller("user", Role::User, "s1"), cron("c1"))
+        .await
+        .unwrap();
+    e.create(&caller("other", Role::User, "s1"), cron("c2"))
+        .await
+        .unwrap();
+    // Each person is far from their own cap, and the chat far from its cap on unfinished tasks.
+    let admin = caller("admin", Role::Admin, "s1");
+    let text = refusal(e.create(&admin, cron("c3")).await);
+    assert!(text.contains("[limits] max_cron_per_stream = 2"), "{text}");
+    e.create(&admin, later("once")).await.unwrap();
+    e.create(&caller("admin", Role::Admin, "s2"), cron("elsewhere"))
+        .await
+        .unwrap();
+}

@@ -1,6 +1,7 @@
-//! The planner channel: the 11 tools per SYSTEM.md §7, run as admin with owner
-//! `planner:{stream}`, stream isolation with the host-injected `chat_id`, the shared
-//! `send_message`/`search_users`, and the MCP proxy with and without a manager.
+//! The planner channel: the 11 tools per SYSTEM.md §7, acting as the host's speaker (or at
+//! `[planner] default_role` without one) with owner `planner:{stream}`, stream isolation with the
+//! host-injected `chat_id`, the shared `send_message`/`search_users`, and the MCP proxy with and
+//! without a manager.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,10 +17,10 @@ use mai_core::host::{ChatTarget, StreamInfo, UserHit};
 use mai_core::ids::StreamId;
 use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
-use mai_core::task::{TaskId, TaskStatus};
+use mai_core::task::{TaskId, TaskStatus, Trigger};
 use mai_core::tool::{ToolOutcome, ToolRegistry};
 use mai_engine::events::TaskEvent;
-use mai_engine::manager::CreateTask;
+use mai_engine::manager::{Caller, CreateTask};
 use mai_engine::planner::{
     PLANNER_TOOLS, PlannerVisibility, call_planner_tool, planner_registry, planner_visibility,
 };
@@ -801,4 +802,67 @@ async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_st
     assert!(task.metadata.answer.clone().unwrap().contains("Europe"));
     assert_eq!(task.owner.to_string(), "planner:grp-a");
     assert_eq!(task.requester().unwrap().to_string(), "qq:alice");
+}
+
+#[tokio::test]
+async fn the_planner_sees_of_tasks_not_its_speakers_only_what_reached_its_conversation() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("the root password is hunter2")));
+    let mut harness = Harness::start(test_config(), model).await;
+    let registry = planner_registry(&harness.engine, None).unwrap();
+    // The admin's task in the group answers in the admin's private chat.
+    let admin = caller("admin", Role::Admin, "grp-a");
+    let private = harness
+        .engine
+        .create(
+            &admin,
+            CreateTask {
+                reply_stream_id: Some(StreamId::new("qq:admin").unwrap()),
+                ..CreateTask::agent("read me the root password, privately")
+            },
+        )
+        .await
+        .unwrap();
+    harness.wait_status(private.id, TaskStatus::Completed).await;
+    // A guest's planner turn in the group sees how it stands, not what it answered elsewhere.
+    let status = call(
+        &harness,
+        &registry,
+        "subagent_status",
+        json!({"task_id": private.id.short(), "stream_id": "grp-a", "chat_id": "grp-a",
+               "user_id": "stranger", "platform": "qq"}),
+    )
+    .await;
+    assert!(status.is_ok(), "{:?}", status.value);
+    assert_eq!(status.value["status"], "completed");
+    assert!(
+        !status.value.to_string().contains("hunter2"),
+        "{:?}",
+        status.value
+    );
+
+    // The API token's task in the group is admin's: a planner call without a speaker (at
+    // `[planner] default_role`) shares its owner but neither reads nor stops it.
+    let token = Caller::token(StreamId::new("grp-a").unwrap(), "qq".into(), None);
+    let job = harness
+        .engine
+        .create(
+            &token,
+            CreateTask {
+                trigger: Trigger::Delay { seconds: 3600 },
+                ..CreateTask::agent("rotate the root password to hunter3")
+            },
+        )
+        .await
+        .unwrap();
+    let args = json!({"task_id": job.id.short(), "stream_id": "grp-a", "chat_id": "grp-a"});
+    let history = call(&harness, &registry, "subagent_history", args.clone()).await;
+    assert!(error_of(&history).contains("acts for someone else"));
+    let status = call(&harness, &registry, "subagent_status", args.clone()).await;
+    assert!(status.value.get("intent").is_none(), "{:?}", status.value);
+    let deleted = call(&harness, &registry, "subagent_delete", args).await;
+    assert!(!deleted.is_ok(), "{:?}", deleted.value);
+    assert_eq!(
+        record(&harness.engine, job.id).await.status,
+        TaskStatus::Scheduled
+    );
 }

@@ -107,7 +107,8 @@ fn typed<T: TypedTool>(
     (name, description): (String, String),
     tool: T,
 ) -> Result<ToolDefinition, ToolDefinitionError> {
-    // The planner runs as admin; the registry's role gate is not what protects these tools.
+    // Admin here is the channel gate every planner call passes; what a call may do is decided
+    // by the facade, with the speaker's role (see `isolation`).
     ToolDefinition::typed(
         name,
         description,
@@ -406,17 +407,22 @@ impl TypedTool for Status {
             .await?;
         let mut result = summary(&task);
         if !caller.may_see(&task) {
-            // Another person's task: how it stands and what it found, nothing of what it was
-            // asked or is asking (that is for its requester or an admin).
+            // Another person's task: how it stands and what it found — the answer only when it
+            // was delivered into this conversation (one sent to another chat stays there) —
+            // nothing of what it was asked or is asking (that is for its requester or an admin).
             if let Some(object) = result.as_object_mut() {
                 object.insert("success".into(), true.into());
-                if let Some(answer) = &task.metadata.answer {
+                let answered_here = task.reply_stream() == &task.stream_id;
+                if let Some(answer) = task.metadata.answer.as_ref().filter(|_| answered_here) {
                     object.insert("answer".into(), answer.clone().into());
                 }
-                object.insert(
-                    "note".into(),
-                    "this task acts for someone else: only its status and answer are shown".into(),
-                );
+                let note = if answered_here {
+                    "this task acts for someone else: only its status and answer are shown"
+                } else {
+                    "this task acts for someone else and answers in another chat: only its \
+                     status is shown"
+                };
+                object.insert("note".into(), note.into());
             }
             return Ok(result);
         }
@@ -541,7 +547,7 @@ impl TypedTool for History {
         if !caller.may_see(&task) {
             return Err(ToolError::new(format!(
                 "task {} acts for someone else: its history is for its requester or an admin; \
-                 subagent_status shows its status and answer",
+                 subagent_status shows how it stands",
                 task.id.short()
             )));
         }
