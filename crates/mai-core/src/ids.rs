@@ -9,6 +9,10 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const GROUP_MARK: &str = "group";
+
+/// The one `user_id` OneBot (QQ) gives every anonymous group member: it names no one, so no
+/// permission list matches it, it is never a requester and never answers a question.
+pub const ANONYMOUS_USER_ID: &str = "80000000";
 const PLANNER: &str = "planner";
 
 /// A malformed identifier, with the text that was given and what was expected.

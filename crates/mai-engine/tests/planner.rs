@@ -396,21 +396,20 @@ async fn stream_isolation_refuses_forged_streams_and_hides_other_streams_tasks()
     .await;
     assert!(error_of(&forged_list).contains("not the current conversation"));
 
-    // Without chat_id (a direct API call) the check is skipped.
-    let b_task = id_of(
-        &call(
-            &harness,
-            &registry,
-            "subagent_create",
-            json!({"intent": "later in b", "stream_id": "grp-b", "delay_seconds": 3600}),
-        )
-        .await,
-    );
+    // Without chat_id the model names the stream: a planner that speaks with nobody (at
+    // `[planner] default_role`, user) may not; speaking with the admin it may.
+    let in_b = json!({"intent": "later in b", "stream_id": "grp-b", "delay_seconds": 3600});
+    let refused = call(&harness, &registry, "subagent_create", in_b.clone()).await;
+    assert!(error_of(&refused).contains("no chat_id"));
+    let mut as_admin = in_b;
+    as_admin["user_id"] = json!("admin");
+    as_admin["platform"] = json!("qq");
+    let b_task = id_of(&call(&harness, &registry, "subagent_create", as_admin).await);
     let all_b = call(
         &harness,
         &registry,
         "subagent_list",
-        json!({"stream_id": "grp-b"}),
+        json!({"stream_id": "grp-b", "user_id": "admin", "platform": "qq"}),
     )
     .await;
     assert_eq!(all_b.value["count"], 1);
@@ -473,7 +472,7 @@ async fn subagent_schedule_validates_the_cron_expression() {
         &harness,
         &registry,
         "subagent_schedule",
-        json!({"intent": "daily report", "stream_id": "grp-a", "cron_expr": "every day at six"}),
+        json!({"intent": "daily report", "stream_id": "grp-a", "chat_id": "grp-a", "cron_expr": "every day at six"}),
     )
     .await;
     let error = error_of(&bad);
@@ -486,7 +485,7 @@ async fn subagent_schedule_validates_the_cron_expression() {
         &harness,
         &registry,
         "subagent_schedule",
-        json!({"intent": "daily report", "stream_id": "grp-a", "cron_expr": "0 18 * * *"}),
+        json!({"intent": "daily report", "stream_id": "grp-a", "chat_id": "grp-a", "cron_expr": "0 18 * * *"}),
     )
     .await;
     let id = id_of(&good);
@@ -502,7 +501,7 @@ async fn subagent_schedule_validates_the_cron_expression() {
         &harness,
         &registry,
         "subagent_create",
-        json!({"intent": "x", "stream_id": "grp-a", "cron_expr": "0 18 * * *", "delay_seconds": 5}),
+        json!({"intent": "x", "stream_id": "grp-a", "chat_id": "grp-a", "cron_expr": "0 18 * * *", "delay_seconds": 5}),
     )
     .await;
     assert!(error_of(&both).contains("not both"));
@@ -540,7 +539,7 @@ async fn subagent_modify_answers_a_waiting_task_and_wakes_it() {
         &harness,
         &registry,
         "subagent_status",
-        json!({"task_id": id.short(), "stream_id": "grp-a"}),
+        json!({"task_id": id.short(), "stream_id": "grp-a", "chat_id": "grp-a"}),
     )
     .await;
     assert_eq!(status.value["waiting_question"], "Which region?");

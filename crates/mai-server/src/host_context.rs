@@ -92,12 +92,6 @@ impl HostContext {
     /// A context key the model wrote and the host did not send is removed: the speaker
     /// (`user_id`) decides a call's role, so only the host may name one.
     pub fn inject(&self, args: &mut Map<String, Value>, schema: &Value) {
-        let declared = |key: &str| {
-            schema
-                .get("properties")
-                .and_then(Value::as_object)
-                .is_some_and(|properties| properties.contains_key(key))
-        };
         match &self.chat_id {
             Some(chat_id) => {
                 args.insert("chat_id".into(), chat_id.clone().into());
@@ -112,11 +106,7 @@ impl HostContext {
             ("user_id", &self.user_id),
         ];
         for (key, value) in context {
-            let key = if declared(key) {
-                format!("host_{key}")
-            } else {
-                key.to_owned()
-            };
+            let key = mai_engine::planner::host_context_key(key, schema);
             match value {
                 Some(value) => args.insert(key, value.clone().into()),
                 None => args.remove(&key),

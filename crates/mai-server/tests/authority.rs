@@ -530,3 +530,60 @@ async fn a_user_task_has_its_own_file_space_under_a_quota() {
         600 * 1024
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_hosts_conversation_the_planner_names_only_chats_its_speaker_reaches() {
+    let (service, served) = start(test_config(), vec![ChatResponse::text("t")]).await;
+    service
+        .say("admin", None, "the root password is hunter2")
+        .await;
+    service.say("user", Some("42"), "hi").await;
+    let into_admins_chat = json!({"intent": "summarise this chat", "stream_id": "qq:admin"});
+    // No context at all: nobody, at `[planner] default_role` (user).
+    let refused = planner(
+        &served,
+        "subagent_create",
+        into_admins_chat.clone(),
+        json!({}),
+    )
+    .await;
+    assert_eq!(refused["success"], false, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("no chat_id"),
+        "{refused}"
+    );
+    // A user speaker without the conversation: not someone else's chat...
+    let speaker = json!({"platform": "qq", "user_id": "user"});
+    let refused = planner(
+        &served,
+        "subagent_list",
+        json!({"stream_id": "qq:admin"}),
+        speaker.clone(),
+    )
+    .await;
+    assert_eq!(refused["success"], false, "{refused}");
+    assert!(all_tasks(&service).await.is_empty());
+    // ...but a group the speaker is in.
+    let made = planner(
+        &served,
+        "subagent_create",
+        json!({"intent": "later", "stream_id": GROUP, "delay_seconds": 3600}),
+        json!({"platform": "qq", "user_id": "user", "group_id": "42"}),
+    )
+    .await;
+    assert_eq!(made["success"], true, "{made}");
+    // An anonymous member is no speaker: nothing is done for them.
+    let anonymous = planner(
+        &served,
+        "subagent_create",
+        json!({"intent": "x", "stream_id": GROUP}),
+        in_group("80000000"),
+    )
+    .await;
+    assert_eq!(anonymous["success"], false, "{anonymous}");
+    assert!(
+        anonymous["error"].as_str().unwrap().contains("anonymous"),
+        "{anonymous}"
+    );
+    assert_eq!(all_tasks(&service).await.len(), 1);
+}

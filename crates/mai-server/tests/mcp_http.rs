@@ -69,6 +69,10 @@ impl Served {
         );
         let mut config = Config::default();
         config.polish.enabled = false;
+        // These tests are about the MCP transport; some clients send no `_meta`, so planner calls
+        // without a conversation or speaker act as a trusted host's would (the authority rules
+        // have their own suite, tests/authority.rs).
+        config.planner.default_role = mai_core::role::Role::Admin;
         let engine = Engine::new(EngineDeps {
             store: Arc::new(store),
             // Nothing here reaches a model: created tasks are delayed.

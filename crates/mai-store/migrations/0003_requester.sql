@@ -10,7 +10,7 @@ ALTER TABLE tasks ADD COLUMN requester TEXT;
 ALTER TABLE tasks ADD COLUMN created_by TEXT;
 
 UPDATE tasks SET requester = CASE
-    WHEN owner NOT LIKE 'planner:%' THEN owner
+    WHEN substr(owner, 1, 8) <> 'planner:' THEN owner
     ELSE json_extract(record, '$.metadata.requester')
 END;
 

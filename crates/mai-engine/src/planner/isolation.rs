@@ -13,7 +13,7 @@
 //! speaker the call has `[planner] default_role` and its tasks act for nobody.
 
 use mai_core::host::ChatTarget;
-use mai_core::ids::{Owner, PersonId, StreamId};
+use mai_core::ids::{ANONYMOUS_USER_ID, Owner, PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
@@ -97,6 +97,15 @@ pub(crate) fn speaker(
     let Some(user_id) = user_id.map(str::trim).filter(|u| !u.is_empty()) else {
         return Ok(None);
     };
+    if user_id == ANONYMOUS_USER_ID {
+        // Acting for nobody would give the call `[planner] default_role`; acting for the shared
+        // id would let anonymous members steer each other's tasks. Neither: refuse.
+        return Err(ToolError::new(
+            "the host names an anonymous group member as the speaker: anonymous members have \
+             no identity, so background tasks cannot act for them; ask them to speak without \
+             anonymity",
+        ));
+    }
     PersonId::new(platform, user_id).map(Some).map_err(|e| {
         ToolError::new(format!(
             "the host's user_id `{user_id}` is not a person on platform `{platform}` ({e}); the \

@@ -137,20 +137,26 @@ pub async fn call_planner_tool(
     registry.execute(name, Role::Admin, args, &ctx).await
 }
 
+/// Where the host's context key `key` travels in the arguments of a tool whose parameters are
+/// `schema`: under its own name, or as `host_<key>` when the schema declares `key` as one of the
+/// model's parameters (`send_message`'s target). The front doors write by this rule, the
+/// planner reads by it.
+pub fn host_context_key(key: &str, schema: &Value) -> String {
+    let declared = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|properties| properties.contains_key(key));
+    if declared {
+        format!("host_{key}")
+    } else {
+        key.to_owned()
+    }
+}
+
 /// The host context a front door put into `args` (see the module comment).
 fn host_context(args: &Value, schema: Option<&Value>) -> isolation::HostContext {
-    let declared = |key: &str| {
-        schema
-            .and_then(|schema| schema.get("properties"))
-            .and_then(Value::as_object)
-            .is_some_and(|properties| properties.contains_key(key))
-    };
     let read = |key: &str| {
-        let key = if declared(key) {
-            format!("host_{key}")
-        } else {
-            key.to_owned()
-        };
+        let key = schema.map_or_else(|| key.to_owned(), |schema| host_context_key(key, schema));
         match args.get(&key) {
             Some(Value::String(text)) if !text.trim().is_empty() => Some(text.trim().to_owned()),
             Some(Value::Number(number)) => Some(number.to_string()),
@@ -165,7 +171,7 @@ fn host_context(args: &Value, schema: Option<&Value>) -> isolation::HostContext 
     }
 }
 
-/// A planner handler built on its first call (SYSTEM.md §7: handlers are built lazily): a host
+/// A planner handler built on its first call (handlers are built lazily): a host
 /// that never uses a tool never pays for it, and nothing a handler needs has to exist when the
 /// registry is built. The schema comes from `T::Args`, so it is known up front.
 pub(crate) struct Lazy<T, F> {

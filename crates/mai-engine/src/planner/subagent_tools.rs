@@ -15,7 +15,11 @@ use mai_core::ids::StreamId;
 use mai_core::role::Role;
 use mai_core::store::{HistoryEntry, TaskFilter};
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
-use mai_core::tool::{ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility};
+use mai_core::tool::{
+    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+};
+
+use mai_tools::Reach;
 
 use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
 use super::lazy;
@@ -149,8 +153,11 @@ struct Facade(Weak<Engine>);
 
 impl Facade {
     /// The engine and the planner caller of the call's stream, after the isolation check.
+    /// Without the host's `chat_id` the model names the stream, so a caller below admin may
+    /// name only a chat its speaker can reach (never one of someone else's).
     async fn enter(
         &self,
+        ctx: &ToolContext,
         stream_id: &str,
         injected: Injected,
     ) -> Result<(Arc<Engine>, Caller), ToolError> {
@@ -161,17 +168,30 @@ impl Facade {
         let host = HostContext::from(injected);
         let stream = current_stream(stream_id, &host)?;
         let caller = planner_caller(&engine, stream, &host).await?;
+        if host.chat_id.is_none() && caller.role != Role::Admin {
+            mai_tools::check_reach(engine.host.as_ref(), ctx, &caller.stream_id, Reach::Read)
+                .await
+                .map_err(|e| {
+                    ToolError::new(format!(
+                        "the host named no conversation (no chat_id), so the planner may only \
+                         name a chat its speaker can reach: {}. Hosts should send chat_id and \
+                         user_id with every call",
+                        e.0
+                    ))
+                })?;
+        }
         Ok((engine, caller))
     }
 
     /// As [`Facade::enter`], plus the referenced task of that stream.
     async fn task(
         &self,
+        ctx: &ToolContext,
         stream_id: &str,
         task_id: &str,
         injected: Injected,
     ) -> Result<(Arc<Engine>, Caller, TaskRecord), ToolError> {
-        let (engine, caller) = self.enter(stream_id, injected).await?;
+        let (engine, caller) = self.enter(ctx, stream_id, injected).await?;
         let task = resolve_in_stream(&engine, &caller, task_id)
             .await
             .map_err(failed)?;
@@ -313,7 +333,7 @@ async fn create(
 ) -> Result<Value, ToolError> {
     // The task acts for the speaker (the caller's requester): it runs with their role and
     // their reply in the stream answers its questions.
-    let (engine, caller) = facade.enter(stream_id, injected).await?;
+    let (engine, caller) = facade.enter(ctx, stream_id, injected).await?;
     // Delivering elsewhere is sending there: only within the speaker's reach.
     if let Some(target) = &request.reply_stream_id {
         mai_tools::check_reach(engine.host.as_ref(), ctx, target, mai_tools::Reach::Send).await?;
@@ -355,7 +375,7 @@ impl TypedTool for List {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: ListArgs,
     ) -> Result<Value, ToolError> {
         let statuses = match non_empty(args.status) {
@@ -367,7 +387,7 @@ impl TypedTool for List {
             ],
             None => Vec::new(),
         };
-        let (engine, caller) = self.0.enter(&args.stream_id, args.injected).await?;
+        let (engine, caller) = self.0.enter(ctx, &args.stream_id, args.injected).await?;
         let filter = TaskFilter {
             stream_id: Some(caller.stream_id.clone()),
             statuses,
@@ -398,12 +418,12 @@ impl TypedTool for Status {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: TaskArgs,
     ) -> Result<Value, ToolError> {
         let (_, caller, task) = self
             .0
-            .task(&args.stream_id, &args.task_id, args.injected)
+            .task(ctx, &args.stream_id, &args.task_id, args.injected)
             .await?;
         let mut result = summary(&task);
         if !caller.may_see(&task) {
@@ -475,12 +495,12 @@ impl TypedTool for Modify {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: ModifyArgs,
     ) -> Result<Value, ToolError> {
         let (engine, caller, task) = self
             .0
-            .task(&args.stream_id, &args.task_id, args.injected)
+            .task(ctx, &args.stream_id, &args.task_id, args.injected)
             .await?;
         // The facade answers a waiting task and queues an instruction for a running one.
         let task = engine
@@ -508,12 +528,12 @@ impl TypedTool for Delete {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: TaskArgs,
     ) -> Result<Value, ToolError> {
         let (engine, caller, task) = self
             .0
-            .task(&args.stream_id, &args.task_id, args.injected)
+            .task(ctx, &args.stream_id, &args.task_id, args.injected)
             .await?;
         let task = engine.cancel_task(&caller, task).await.map_err(failed)?;
         let result = if task.status == TaskStatus::Running {
@@ -537,12 +557,12 @@ impl TypedTool for History {
 
     async fn call(
         &self,
-        _ctx: &mai_core::tool::ToolContext,
+        ctx: &mai_core::tool::ToolContext,
         args: TaskArgs,
     ) -> Result<Value, ToolError> {
         let (engine, caller, task) = self
             .0
-            .task(&args.stream_id, &args.task_id, args.injected)
+            .task(ctx, &args.stream_id, &args.task_id, args.injected)
             .await?;
         if !caller.may_see(&task) {
             return Err(ToolError::new(format!(

@@ -10,6 +10,7 @@
 
 use chrono::{DateTime, Utc};
 use mai_core::host::ChatTarget;
+use mai_core::ids::ANONYMOUS_USER_ID;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -184,9 +185,6 @@ struct MessageEvent {
     #[serde(default)]
     anonymous: Option<Value>,
 }
-
-/// The user id QQ gives every anonymous group member.
-const ANONYMOUS_USER_ID: &str = "80000000";
 
 #[derive(Deserialize, Default)]
 struct Sender {
