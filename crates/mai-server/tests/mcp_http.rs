@@ -87,6 +87,7 @@ impl Served {
         let state = ServerState {
             engine: engine.clone(),
             host,
+            bridge: None,
             planner,
             metrics: mai_server::metrics::Metrics::new(),
         };
