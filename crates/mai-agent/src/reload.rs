@@ -164,6 +164,10 @@ mod tests {
         assert!(restart_only_changes(&old, &new).is_empty());
         new.server.listen = "127.0.0.1:9".into();
         new.llm.base_url = "http://127.0.0.1:1/v1".into();
-        assert_eq!(restart_only_changes(&old, &new), ["[llm]", "[server]"]);
+        new.host.kind = mai_core::config::HostKind::Maibot;
+        assert_eq!(
+            restart_only_changes(&old, &new),
+            ["[llm]", "[server]", "[host]"]
+        );
     }
 }

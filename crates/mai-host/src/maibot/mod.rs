@@ -298,3 +298,87 @@ impl Host for MaiBotHost {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn host(offline_min: u64) -> MaiBotHost {
+        MaiBotHost::new(MaiBotConfig {
+            request_timeout: Duration::from_secs(5),
+            offline_timeout: Duration::from_secs(offline_min * 60),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_part_held_past_the_offline_timeout_fails_naming_the_setting() {
+        let host = host(30);
+        let stream = StreamId::new("s").unwrap();
+        let error = host.send_part(&stream, "hi", "t:0").await.unwrap_err();
+        assert!(error.to_string().contains("offline_timeout_min"), "{error}");
+        assert_eq!(*host.held().borrow(), 0);
+        // Away longer than the timeout already: the next part fails at once, not 30 min later.
+        let started = tokio::time::Instant::now();
+        assert!(host.send_part(&stream, "hi", "t:1").await.is_err());
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn other_calls_fail_at_once_without_a_bridge() {
+        let host = host(30);
+        let error = host
+            .recent_messages(&StreamId::new("s").unwrap(), 3)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("no MaiBot bridge"), "{error}");
+        assert_eq!(host.persona().await, Persona::default());
+    }
+
+    #[test]
+    fn the_first_frame_must_be_hello() {
+        let host = host(1);
+        let (hello, answer) = host
+            .handshake(r#"{"id":"hello","method":"hello","params":{"plugin_version":"1"}}"#)
+            .unwrap();
+        assert_eq!(hello.plugin_version.as_deref(), Some("1"));
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["id"], "hello");
+        let error = host.handshake(r#"{"id":"1","method":"ping"}"#).unwrap_err();
+        assert!(error.contains("hello"), "{error}");
+        assert!(host.handshake("not json").is_err());
+    }
+
+    #[tokio::test]
+    async fn answers_match_requests_by_id_and_error_codes_keep_their_meaning() {
+        let host = host(1);
+        let mut link = host.attach(Hello::default());
+        let stream = StreamId::new("s").unwrap();
+        let (h, s) = (host.clone(), stream.clone());
+        let asking = tokio::spawn(async move { h.stream_info(&s).await });
+        let request: Value = serde_json::from_str(&link.outbox.recv().await.unwrap()).unwrap();
+        assert_eq!(request["method"], "stream_info");
+        let answer =
+            json!({"id": request["id"], "error": {"code": "failed", "message": "db down"}});
+        assert_eq!(host.receive(link.generation, &answer.to_string()), None);
+        let error = asking.await.unwrap().unwrap_err();
+        assert!(error.to_string().contains("db down"), "{error}");
+        // The plugin's own requests: ping is served, anything else is unsupported.
+        let pong = host.receive(link.generation, r#"{"id":"p","method":"ping"}"#);
+        assert_eq!(pong.as_deref(), Some(r#"{"id":"p","result":"pong"}"#));
+        let other = host
+            .receive(link.generation, r#"{"id":"q","method":"reboot"}"#)
+            .unwrap();
+        assert!(other.contains("unsupported"), "{other}");
+        // A bridge that closes fails what was sent over it.
+        let (h, s) = (host.clone(), stream.clone());
+        let asking =
+            tokio::spawn(async move { h.is_member(&PersonId::new("qq", "1").unwrap(), &s).await });
+        link.outbox.recv().await.unwrap();
+        host.detach(link.generation);
+        let error = asking.await.unwrap().unwrap_err();
+        assert!(error.to_string().contains("closed"), "{error}");
+        assert!(host.status().borrow().connected.is_none());
+    }
+}
