@@ -4,7 +4,7 @@
 //!
 //! Hot: permission, task limits, shell, subagent, splitter, send, search, mcp (servers and fetch),
 //! planner_board, polish, plugin_api. Read once at start-up (a change is logged as needing a
-//! restart): llm, storage, server, channels, prompts. Must not apply half a config.
+//! restart): llm, storage, server, channels, host, prompts. Must not apply half a config.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -143,6 +143,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.channels != new.channels {
         changed.push("[channels]");
     }
+    if old.host != new.host {
+        changed.push("[host]");
+    }
     if old.prompts != new.prompts {
         changed.push("[prompts]");
     }
@@ -161,6 +164,10 @@ mod tests {
         assert!(restart_only_changes(&old, &new).is_empty());
         new.server.listen = "127.0.0.1:9".into();
         new.llm.base_url = "http://127.0.0.1:1/v1".into();
-        assert_eq!(restart_only_changes(&old, &new), ["[llm]", "[server]"]);
+        new.host.kind = mai_core::config::HostKind::Maibot;
+        assert_eq!(
+            restart_only_changes(&old, &new),
+            ["[llm]", "[server]", "[host]"]
+        );
     }
 }

@@ -208,3 +208,26 @@ async fn the_console_chat_of_serve_takes_commands_typed_at_the_terminal() {
     served.wait_line("the answer", |l| l == "mai> done");
     assert!(served.terminate().success());
 }
+
+#[tokio::test]
+async fn serve_in_maibot_mode_waits_for_a_bridge_and_says_so() {
+    let (model, _) = fake_model(|_, _| answer("done")).await;
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("mai-agent.toml");
+    std::fs::write(&config, "").unwrap();
+    let mut command = serve_command(data.path(), &model, &config);
+    command.env("MAI_AGENT__HOST__KIND", "maibot");
+    let mut served = Served::start(command);
+    served.wait_line("the MaiBot host in its banner", |l| {
+        l.contains("MaiBot") && l.contains("/v1/bridge")
+    });
+    let health: serde_json::Value = reqwest::get(format!("{}/healthz", served.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["bridge"], "disconnected", "{health}");
+    let status = served.terminate();
+    assert!(status.success(), "{status:?}");
+}
