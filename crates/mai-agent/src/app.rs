@@ -1,17 +1,20 @@
 //! Wiring: the store, embedded host, model, registry and engine a command runs with, built from
-//! settings — the same way for every command, so `tools` shows what `run` uses.
+//! settings — the same way for every command, so `tools` shows what `run` uses. Only `serve`
+//! (which serves the bridge's WebSocket) puts the MaiBot host in front of the engine when
+//! `[host] kind = "maibot"`; every other command keeps the embedded host.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::clock::SystemClock;
-use mai_core::config::{LiveConfig, McpConfig};
+use mai_core::config::{HostKind, LiveConfig, McpConfig};
+use mai_core::host::Host;
 use mai_core::model::ChatModel;
 use mai_core::tool::ToolRegistry;
 use mai_engine::engine::{Engine, EngineDeps};
 use mai_engine::prompts::Prompts;
-use mai_host::{EmbeddedConfig, EmbeddedHost};
+use mai_host::{EmbeddedConfig, EmbeddedHost, MaiBotConfig, MaiBotHost};
 use mai_llm::{OpenAiClient, ReplayModel};
 use mai_mcp::fetch::{FETCH, FetchOptions, Fetcher, SystemResolver, fetch_tool};
 use mai_mcp::{ManagerOptions, McpManager, apply_to_registry};
@@ -32,6 +35,8 @@ pub enum ModelChoice<'a> {
 pub struct App {
     pub engine: Arc<Engine>,
     pub host: Arc<EmbeddedHost>,
+    /// The engine's host when it is MaiBot's (`serve` with `[host] kind = "maibot"`).
+    pub bridge: Option<MaiBotHost>,
     /// The MCP client manager, when `[mcp] enabled` and servers are configured.
     pub mcp: Option<McpManager>,
 }
@@ -39,14 +44,24 @@ pub struct App {
 /// Builds the engine (not started) over the database in the data directory; the tasks and the
 /// embedded host's tables share one SQLite file.
 pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
-    build_metered(settings, model, None).await
+    build_with(settings, model, None, false).await
 }
 
-/// As [`build`], with every model call timed into `metrics` (for `serve`'s `/metrics`).
-pub async fn build_metered(
+/// As [`build`] for `serve`: every model call timed into `metrics` (for `/metrics`), and the
+/// MaiBot host in front of the engine when `[host] kind = "maibot"`.
+pub async fn build_for_serve(
+    settings: &Settings,
+    model: ModelChoice<'_>,
+    metrics: &Metrics,
+) -> Result<App> {
+    build_with(settings, model, Some(metrics), true).await
+}
+
+async fn build_with(
     settings: &Settings,
     model: ModelChoice<'_>,
     metrics: Option<&Metrics>,
+    serving: bool,
 ) -> Result<App> {
     std::fs::create_dir_all(&settings.data_dir).with_context(|| {
         format!(
@@ -92,10 +107,16 @@ pub async fn build_metered(
             .with_context(|| format!("cannot load prompt templates from {}", dir.display()))?,
         None => Prompts::embedded(),
     };
+    let bridge = (serving && settings.config.host.kind == HostKind::Maibot)
+        .then(|| MaiBotHost::new(MaiBotConfig::from_config(&settings.config.host)));
+    let engine_host: Arc<dyn Host> = match &bridge {
+        Some(bridge) => Arc::new(bridge.clone()),
+        None => host.clone(),
+    };
     let engine = Engine::new(EngineDeps {
         store: Arc::new(store),
         model,
-        host: host.clone(),
+        host: engine_host,
         registry: Arc::new(ToolRegistry::new()),
         config,
         prompts: Arc::new(prompts),
@@ -104,7 +125,12 @@ pub async fn build_metered(
     })
     .await?;
     let mcp = connect_mcp(settings, &engine).await?;
-    Ok(App { engine, host, mcp })
+    Ok(App {
+        engine,
+        host,
+        bridge,
+        mcp,
+    })
 }
 
 /// Starts the configured MCP servers (concurrently, each within its budget; a failing one is

@@ -33,6 +33,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
     let state = ServerState {
         engine: app.engine.clone(),
         host: app.host.clone(),
+        bridge: None,
         planner: Arc::new(planner),
         // Nothing shows them over stdio, but the tools count into them all the same.
         metrics: mai_server::metrics::Metrics::new(),

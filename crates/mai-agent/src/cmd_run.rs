@@ -32,7 +32,9 @@ pub enum RunWhat {
 
 /// Runs the task to its end; returns whether it completed.
 pub async fn run(app: App, args: RunArgs) -> Result<bool> {
-    let App { engine, host, mcp } = app;
+    let App {
+        engine, host, mcp, ..
+    } = app;
     // MCP servers are child processes: stop them however this command ends.
     let _mcp_guard = McpShutdown(mcp);
     let person = PersonId::new(CONSOLE_PLATFORM, CONSOLE_USER)?;

@@ -56,8 +56,12 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         .context("cannot read the listen address")?;
 
     let metrics = Metrics::new();
-    let App { engine, host, mcp } =
-        app::build_metered(&settings, ModelChoice::Configured, Some(&metrics)).await?;
+    let App {
+        engine,
+        host,
+        bridge,
+        mcp,
+    } = app::build_for_serve(&settings, ModelChoice::Configured, &metrics).await?;
     engine.start().await.context("could not start the engine")?;
     let proxy = mcp.clone().map(|m| Arc::new(m) as Arc<dyn McpProxy>);
     let planner = mai_engine::planner::planner_registry(&engine, proxy)
@@ -65,6 +69,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let state = ServerState {
         engine: engine.clone(),
         host: host.clone(),
+        bridge,
         planner: Arc::new(planner),
         metrics,
     };
@@ -185,6 +190,13 @@ fn announce(
     eprintln!("mai-agent serving on http://{local} (API under /v1{mcp})");
     eprintln!("  data:   {}", data_dir.display());
     eprintln!("  config: {config_line}");
+    if config.host.kind == mai_core::config::HostKind::Maibot {
+        eprintln!(
+            "  host:   MaiBot, through the bridge its plugin opens at ws://{local}/v1/bridge \
+             (parts are held up to {} min while none is connected)",
+            config.host.offline_timeout_min
+        );
+    }
     if config.channels.onebot.enabled {
         eprintln!("  OneBot: {}", config.channels.onebot.url);
     }

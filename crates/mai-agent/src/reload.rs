@@ -4,7 +4,7 @@
 //!
 //! Hot: permission, task limits, shell, subagent, splitter, send, search, mcp (servers and fetch),
 //! planner_board, polish, plugin_api. Read once at start-up (a change is logged as needing a
-//! restart): llm, storage, server, channels, prompts. Must not apply half a config.
+//! restart): llm, storage, server, channels, host, prompts. Must not apply half a config.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -142,6 +142,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.channels != new.channels {
         changed.push("[channels]");
+    }
+    if old.host != new.host {
+        changed.push("[host]");
     }
     if old.prompts != new.prompts {
         changed.push("[prompts]");

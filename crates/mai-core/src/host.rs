@@ -162,6 +162,19 @@ pub trait Host: Send + Sync + 'static {
     /// Sends `text` to a stream as the bot.
     async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError>;
 
+    /// Sends one part of a reply or a question. `part_id` names the part stably — the same part
+    /// of the same reply has the same id after a retry or a restart — so a host that remembers
+    /// the ids it delivered can drop a resend. A host that cannot remember keeps the default,
+    /// which ignores the id.
+    async fn send_part(
+        &self,
+        stream: &StreamId,
+        text: &str,
+        _part_id: &str,
+    ) -> Result<Delivery, HostError> {
+        self.send_text(stream, text).await
+    }
+
     /// Appends a note to the stream's context that the planner sees and people do not.
     async fn append_context(&self, stream: &StreamId, note: &str) -> Result<(), HostError>;
 

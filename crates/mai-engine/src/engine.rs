@@ -284,6 +284,12 @@ impl Engine {
         &self.registry
     }
 
+    /// The host replies and questions go through (front doors send command replies with it, so
+    /// they reach the chat the same way).
+    pub fn host(&self) -> &Arc<dyn Host> {
+        &self.host
+    }
+
     pub fn config(&self) -> &Arc<LiveConfig> {
         &self.config
     }

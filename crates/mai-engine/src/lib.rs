@@ -23,6 +23,7 @@ mod truncate;
 mod waiting;
 
 pub use agent_loop::MAX_TOOL_CALLS_PER_ROUND;
+pub use reply::part_id;
 
 /// Entry points for the fuzz targets in `fuzz/` and for hostile-input tests. Not a stable API.
 #[doc(hidden)]

@@ -3,7 +3,8 @@
 //!
 //! An instant task fixes its final parts in the record before sending the first, and records
 //! each part sent, so a restart neither loses a reply nor sends a part twice (at most the part
-//! in flight at the crash).
+//! in flight at the crash). Every part goes out with a stable id ([`part_id`]: the reply task or
+//! the question, and the part's position), so a host that remembers ids drops even that resend.
 
 use std::time::Duration;
 
@@ -66,6 +67,7 @@ impl Engine {
             let Some(part) = progress.parts.get(progress.sent).cloned() else {
                 return RunEnd::Delivered;
             };
+            let id = part_id(&task.id.to_string(), progress.sent);
             if let Some(reason) = control.reason() {
                 return RunEnd::Stopped(reason);
             }
@@ -73,7 +75,7 @@ impl Engine {
                 _ = control.token.cancelled() => {
                     return RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown));
                 }
-                sent = self.send_with_retries(task.id, &stream, &part) => sent,
+                sent = self.send_with_retries(task.id, &stream, &part, &id) => sent,
             };
             if let Err(error) = sent {
                 return RunEnd::Failed(error);
@@ -107,18 +109,19 @@ impl Engine {
         }
     }
 
-    /// Polishes (if asked and enabled), splits (if asked and enabled), and sends every part.
-    /// Used for questions, which are not tasks of their own.
+    /// Polishes (if enabled), splits (if enabled), and sends every part; part ids start with
+    /// `key`. Used for questions, which are not tasks of their own.
     pub(crate) async fn deliver(
         &self,
         task_id: TaskId,
         stream: &StreamId,
         text: &str,
-        polish: bool,
-        split: bool,
+        key: &str,
     ) -> Result<(), String> {
-        for part in self.prepare_parts(stream, text, polish, split).await {
-            self.send_with_retries(task_id, stream, &part).await?;
+        let parts = self.prepare_parts(stream, text, true, true).await;
+        for (index, part) in parts.iter().enumerate() {
+            self.send_with_retries(task_id, stream, part, &part_id(key, index))
+                .await?;
         }
         Ok(())
     }
@@ -217,12 +220,15 @@ impl Engine {
     }
 
     /// Sends one part, retrying with exponential backoff and jitter. A send the host reports as
-    /// not delivered counts as a failure.
+    /// not delivered counts as a failure. Every attempt carries the same `part_id`. A host may
+    /// hold a part while it cannot deliver (the MaiBot host waits for its bridge): that wait is
+    /// inside one attempt and costs no retry.
     pub(crate) async fn send_with_retries(
         &self,
         task_id: TaskId,
         stream: &StreamId,
         part: &str,
+        part_id: &str,
     ) -> Result<(), String> {
         let send = self.config.config().send.clone();
         let mut last_error = String::new();
@@ -234,7 +240,7 @@ impl Engine {
                 let jitter = rand::rng().random_range(0..=base / 2);
                 tokio::time::sleep(Duration::from_millis(base + jitter)).await;
             }
-            match self.host.send_text(stream, part).await {
+            match self.host.send_part(stream, part, part_id).await {
                 Ok(Delivery::Sent) => {
                     self.emit(TaskEvent::Sent {
                         task_id,
@@ -272,4 +278,11 @@ impl Engine {
             Err(error) => tracing::warn!(%error, "note_cross_stream template failed"),
         }
     }
+}
+
+/// The id of the `index`th part of what `key` names (a reply task's id, or a question's
+/// [`crate::waiting`] key): derived, never random, so the same part sent again — after a retry
+/// or a restart of either side — carries the same id.
+pub fn part_id(key: &str, index: usize) -> String {
+    format!("{key}:{index}")
 }

@@ -187,7 +187,7 @@ impl Engine {
                 // cancel wins (nothing is written and no reply goes out).
                 task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
                 task.metadata.history_len += history.len() as u64;
-                let mut reply = self.reply_task(&task, &text, false);
+                let mut reply = self.reply_task(&task, &text, false, now);
                 // The reply runs in the slot its parent frees, claimed in the write that
                 // creates it: it outranks its parent's peers anyway (priority + 1), and so an
                 // answer costs a read, a write and a dispatch less. Its control is registered
@@ -285,7 +285,7 @@ impl Engine {
             task.title,
             task.id.short()
         );
-        let reply = self.reply_task(&task, &notice, true);
+        let reply = self.reply_task(&task, &notice, true, self.now());
         let outcome = self
             .store
             .write(&[
@@ -343,10 +343,17 @@ impl Engine {
         Ok(())
     }
 
-    /// The instant task that delivers `text` for `task`'s current run. Its id is derived from
-    /// the task and its run, so creating it twice (after a crash) is a no-op and the reply is
-    /// sent once.
-    fn reply_task(&self, task: &TaskRecord, text: &str, raw: bool) -> TaskRecord {
+    /// The instant task that delivers `text` for `task`'s current run, created `at`. Its id is
+    /// derived from the task and its run, so creating it twice (after a crash) is a no-op and the
+    /// reply is sent once. A reply claimed in the write that creates it passes the claim's time,
+    /// so its status log reads `pending/created` then `running`, never the other way round.
+    fn reply_task(
+        &self,
+        task: &TaskRecord,
+        text: &str,
+        raw: bool,
+        at: DateTime<Utc>,
+    ) -> TaskRecord {
         let mut reply = TaskRecord::new(
             NewTask {
                 title: format!("reply: {}", task.title),
@@ -362,7 +369,7 @@ impl Engine {
             },
             TaskStatus::Pending,
             ACTOR,
-            self.now(),
+            at,
         );
         reply.id = reply_task_id(task);
         reply.metadata.answer = Some(text.to_owned());
@@ -409,7 +416,7 @@ impl Engine {
         text: &str,
         raw: bool,
     ) -> Result<(), EngineError> {
-        let reply = self.reply_task(task, text, raw);
+        let reply = self.reply_task(task, text, raw, self.now());
         match self.store.insert(&reply).await {
             Ok(()) => {
                 self.reply_announced(task, &reply, text, true).await;

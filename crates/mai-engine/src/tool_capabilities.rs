@@ -134,9 +134,17 @@ impl Messenger for EngineCapabilities {
         if parts.is_empty() {
             return Err("the message is empty".to_owned());
         }
-        for part in &parts {
+        // A message of its own: no earlier send of it exists to collide with, so a fresh key;
+        // its retries share the part ids.
+        let key = format!("{}:msg:{}", ctx.task_id(), uuid::Uuid::now_v7());
+        for (index, part) in parts.iter().enumerate() {
             engine
-                .send_with_retries(ctx.task_id(), stream, part)
+                .send_with_retries(
+                    ctx.task_id(),
+                    stream,
+                    part,
+                    &crate::reply::part_id(&key, index),
+                )
                 .await?;
         }
         Ok(parts)

@@ -75,7 +75,8 @@ impl Engine {
         self.question_timers.arm(task.id, asked_at + timeout);
         // 3. The question, polished, into the task's stream.
         let stream = task.stream_id.clone();
-        if let Err(error) = self.deliver(task.id, &stream, &question, true, true).await {
+        let key = question_key(task.id, &call.id);
+        if let Err(error) = self.deliver(task.id, &stream, &question, &key).await {
             if !self.forget_question(task.id) {
                 // Someone answered meanwhile: the answer is in the history and the task is
                 // queued; let that resume it.
@@ -133,11 +134,16 @@ impl Engine {
     /// Start-up: a question saved with the waiting state but never sent (the service died
     /// before it reached the chat) is sent now, so the user can answer it.
     pub(crate) async fn resend_question(&self, mut task: TaskRecord) {
-        let Some(question) = task.metadata.waiting.as_ref().map(|w| w.question.clone()) else {
+        let Some((question, key)) = task
+            .metadata
+            .waiting
+            .as_ref()
+            .map(|w| (w.question.clone(), question_key(task.id, &w.call_id)))
+        else {
             return;
         };
         let stream = task.stream_id.clone();
-        if let Err(error) = self.deliver(task.id, &stream, &question, true, true).await {
+        if let Err(error) = self.deliver(task.id, &stream, &question, &key).await {
             // The task keeps waiting; the question's timeout tells the model nobody answered.
             tracing::warn!(task = %task.id, %error, "could not send the question again after a restart");
             return;
@@ -320,4 +326,11 @@ impl Engine {
         self.question_timers.arm(task.id, asked_at + timeout);
         Ok(())
     }
+}
+
+/// What the part ids of a question start with: the task and the `ask_user` call, so the same
+/// question sent again after a restart carries the same ids and a host that remembers them shows
+/// it once.
+fn question_key(task: TaskId, call_id: &str) -> String {
+    format!("{task}:ask:{call_id}")
 }

@@ -719,3 +719,35 @@ async fn model_failures_fail_the_task_with_a_raw_notice() {
         "raw, not polished: {sent:?}"
     );
 }
+
+/// A reply claimed in the write that creates it logs `pending/created` first and `running`
+/// after it, and no entry is dated before the one above it.
+#[tokio::test]
+async fn a_reply_tasks_status_log_starts_with_created_and_runs_in_time_order() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("the answer")));
+    let mut h = Harness::start(test_config(), model).await;
+    let alice = caller("user", Role::User, "s");
+    let task = h
+        .engine
+        .create(&alice, CreateTask::agent("a"))
+        .await
+        .unwrap();
+    h.wait_status(task.id, TaskStatus::Completed).await;
+    let reply = mai_engine::runner::reply_task_id(&record(&h.engine, task.id).await);
+    h.wait_status(reply, TaskStatus::Completed).await;
+    let log = record(&h.engine, reply).await.status_log;
+    let steps: Vec<(TaskStatus, &str)> =
+        log.iter().map(|c| (c.status, c.reason.as_str())).collect();
+    assert_eq!(
+        steps[..2],
+        [
+            (TaskStatus::Pending, "created"),
+            (TaskStatus::Running, "dispatched")
+        ],
+        "{log:?}"
+    );
+    assert!(
+        log.windows(2).all(|pair| pair[0].at <= pair[1].at),
+        "the log goes back in time: {log:?}"
+    );
+}

@@ -4,7 +4,8 @@
 //!
 //! [`EmbeddedHost`] implements [`mai_core::host::Host`]. Channels (console, HTTP ingestion,
 //! OneBot) feed it through [`EmbeddedHost::ingest_message`] and deliver through a registered
-//! [`ChannelSender`]; the OneBot v11 channel ([`OneBotChannel`]) lives here. The five `search_memory` modes are defined in [`memory`] and docs/host.md.
+//! [`ChannelSender`]; the OneBot v11 channel ([`OneBotChannel`]) lives here. [`maibot`] is the
+//! other host: MaiBot's, reached through the bridge its plugin opens. The five `search_memory` modes are defined in [`memory`] and docs/host.md.
 //!
 //! Its tables are prefixed `host_` and its migrations are recorded in their own table, so it can
 //! share the task database file (`<data_dir>/mai-agent.db`) or use a file of its own.
@@ -13,6 +14,7 @@ mod channels;
 mod embedded;
 mod error;
 mod ingest;
+pub mod maibot;
 mod members;
 pub mod memory;
 mod notes;
@@ -27,6 +29,7 @@ pub use channels::ChannelSender;
 pub use embedded::{EmbeddedConfig, EmbeddedHost};
 pub use error::OpenError;
 pub use ingest::{IncomingMessage, IngestedMessage};
+pub use maibot::{MaiBotConfig, MaiBotHost};
 pub use notes::ContextNote;
 pub use onebot::{OneBotChannel, OneBotHandle, OneBotState, OneBotStatus};
 pub use people::NewPerson;

@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use mai_core::host::{Delivery, Host};
+use mai_core::host::Delivery;
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::role::Role;
@@ -158,10 +158,11 @@ fn role_of(state: &ServerState, message: &IncomingMessage) -> Role {
     })
 }
 
-/// Sends a command reply as is. A failed send is logged, not an error: the command has already
-/// run, and the caller still gets the reply in the [`Inbound::Command`] it returns.
+/// Sends a command reply as is, through the engine's host (MaiBot's bridge in MaiBot mode, the
+/// embedded host's channels otherwise). A failed send is logged, not an error: the command has
+/// already run, and the caller still gets the reply in the [`Inbound::Command`] it returns.
 async fn send_raw(state: &ServerState, stream: &StreamId, reply: &str) -> bool {
-    match state.host.send_text(stream, reply).await {
+    match state.engine.host().send_text(stream, reply).await {
         Ok(Delivery::Sent) => true,
         Ok(Delivery::Rejected(why)) => {
             tracing::debug!(%stream, %why, "command reply not delivered");

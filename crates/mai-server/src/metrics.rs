@@ -92,6 +92,8 @@ struct Inner {
     planner_calls: Family<PlannerLabels, Counter>,
     model_latency: HistogramFamily,
     lagged: Counter,
+    bridge_connected: Gauge,
+    bridge_held: Gauge,
     /// The engine's event stream, once [`Metrics::follow`] was called.
     feed: Mutex<Option<Arc<EventFeed>>>,
     /// Serializes setting the task gauges and encoding, so two scrapes never interleave.
@@ -151,6 +153,19 @@ impl Metrics {
             "Engine events the metrics missed because they fell behind (counts are then low)",
             lagged.clone(),
         );
+        let bridge_connected = Gauge::default();
+        registry.register(
+            "bridge_connected",
+            "1 while a MaiBot bridge is connected to GET /v1/bridge, else 0 (always 0 with the \
+             embedded host)",
+            bridge_connected.clone(),
+        );
+        let bridge_held = Gauge::default();
+        registry.register(
+            "bridge_held_parts",
+            "Message parts held until a MaiBot bridge connects",
+            bridge_held.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -161,6 +176,8 @@ impl Metrics {
                 planner_calls,
                 model_latency,
                 lagged,
+                bridge_connected,
+                bridge_held,
                 feed: Mutex::new(None),
                 render: tokio::sync::Mutex::new(()),
             }),
@@ -228,6 +245,14 @@ impl Metrics {
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         Ok(())
+    }
+
+    /// Sets the bridge gauges (the HTTP API reads the MaiBot host at scrape time).
+    pub fn set_bridge(&self, connected: bool, held: usize) {
+        self.inner.bridge_connected.set(i64::from(connected));
+        self.inner
+            .bridge_held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// Counts one planner tool call a door (`http` or `mcp`) ran; a request the door refused

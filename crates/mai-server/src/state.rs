@@ -1,11 +1,11 @@
-//! What every front door shares: the engine, the embedded host, the planner registry and the
-//! metrics.
+//! What every front door shares: the engine, the embedded host, the MaiBot host when `serve`
+//! runs in MaiBot mode, the planner registry and the metrics.
 
 use std::sync::Arc;
 
 use mai_core::tool::ToolRegistry;
 use mai_engine::engine::Engine;
-use mai_host::EmbeddedHost;
+use mai_host::{EmbeddedHost, MaiBotHost};
 
 use crate::metrics::Metrics;
 
@@ -13,7 +13,12 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct ServerState {
     pub engine: Arc<Engine>,
+    /// The chat store every channel's messages go into. Sends go through the engine's host
+    /// (`engine.host()`), which is this one unless `[host] kind = "maibot"`.
     pub host: Arc<EmbeddedHost>,
+    /// The engine's host when it is MaiBot's: `GET /v1/bridge` attaches the plugin's socket to
+    /// it. `None` with the embedded host.
+    pub bridge: Option<MaiBotHost>,
     /// The 11 planner tools (SYSTEM.md §7), built once by `mai_engine::planner::planner_registry`.
     pub planner: Arc<ToolRegistry>,
     /// What `/metrics` shows. Pass the value whose [`Metrics::meter`] wrapped the engine's

@@ -904,6 +904,33 @@ async fn planner_tools_run_with_the_host_context_and_keep_streams_apart() {
 }
 
 #[tokio::test]
+async fn the_planner_tools_are_listed_in_order_with_the_registrys_definitions() {
+    let (service, served) = start(ScriptedModel::default()).await;
+    let (status, body) = json_of(served.get("/v1/planner/tools").send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    let tools = body["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let expected: Vec<&str> = mai_engine::planner::PLANNER_TOOLS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
+    assert_eq!(names, expected);
+    for (tool, (name, visibility)) in tools.iter().zip(mai_engine::planner::PLANNER_TOOLS) {
+        let definition = service.state.planner.get(name).unwrap();
+        assert_eq!(tool["description"], definition.description(), "{name}");
+        assert_eq!(&tool["parameters"], definition.parameters(), "{name}");
+        assert_eq!(tool["visibility"], visibility.as_str(), "{name}");
+    }
+    let anonymous = reqwest::Client::new();
+    let response = anonymous
+        .get(served.url("/v1/planner/tools"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+}
+
+#[tokio::test]
 async fn the_planner_board_introduces_itself_once_per_session() {
     let (_service, served) = start(ScriptedModel::default()).await;
     let (status, first) = json_of(

@@ -87,6 +87,7 @@ impl Served {
         let state = ServerState {
             engine: engine.clone(),
             host,
+            bridge: None,
             planner,
             metrics: mai_server::metrics::Metrics::new(),
         };
@@ -393,6 +394,48 @@ async fn the_host_guard_is_the_nesting_routers_not_rmcps() {
             "Host {host}: {body}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_session_answers_204_and_ends_it() {
+    let served = Served::start().await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let client = reqwest::Client::new();
+    let response = client
+        .post(served.url())
+        .header("Accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    response.text().await.unwrap();
+    let delete = || {
+        client
+            .delete(served.url())
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+    };
+    let deleted = delete().await.unwrap();
+    assert_eq!(deleted.status(), 204, "{:?}", deleted.text().await);
+    // The session is gone: using it again is refused, not accepted.
+    let again = client
+        .post(served.url())
+        .header("Accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(again.status().is_client_error(), "{}", again.status());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -245,6 +245,7 @@ async fn the_planner_channel_never_offers_file_write_or_command_execution() {
             config,
             files: true,
             apis: vec![weather()],
+            ..ServiceOptions::default()
         },
     )
     .await;
@@ -352,6 +353,7 @@ async fn a_task_created_over_http_for_a_user_runs_with_the_users_tools_only() {
             config,
             files: true,
             apis: vec![weather()],
+            ..ServiceOptions::default()
         },
     )
     .await;

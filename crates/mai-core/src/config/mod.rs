@@ -44,6 +44,40 @@ pub struct Config {
     pub channels: ChannelsConfig,
     pub planner: PlannerConfig,
     pub limits: LimitsConfig,
+    pub host: HostConfig,
+}
+
+/// Which host `serve` talks to: its own chat store and channels, or MaiBot through the bridge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostKind {
+    /// The embedded host: mai-agent's own chat store, the OneBot/console/HTTP channels.
+    #[default]
+    Embedded,
+    /// MaiBot, through the bridge its plugin opens at `GET /v1/bridge`.
+    Maibot,
+}
+
+/// `[host]`: the host the engine sends through and reads chat context from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostConfig {
+    pub kind: HostKind,
+    /// MaiBot: how long a message part waits (is *held*) for a bridge after the last one went
+    /// away, before its send fails. 0 = fail at once while no bridge is connected.
+    pub offline_timeout_min: u32,
+    /// MaiBot: how long one request over the bridge waits for the plugin's answer.
+    pub request_timeout_secs: u32,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            kind: HostKind::Embedded,
+            offline_timeout_min: 30,
+            request_timeout_secs: 30,
+        }
+    }
 }
 
 /// `[task]`: limits of the scheduler and the agent loop.
@@ -387,6 +421,12 @@ impl Config {
             1,
         )?;
         at_least("task", "max_rounds", self.task.max_rounds.into(), 1)?;
+        at_least(
+            "host",
+            "request_timeout_secs",
+            self.host.request_timeout_secs.into(),
+            1,
+        )?;
         at_least(
             "task",
             "default_timeout_min",

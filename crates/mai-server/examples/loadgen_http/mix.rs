@@ -117,6 +117,7 @@ impl Target {
         let state = ServerState {
             engine: engine.clone(),
             host,
+            bridge: None,
             planner,
             metrics,
         };

@@ -2,11 +2,13 @@
 //!
 //! Owns the route table, the options the router is built from, and the small endpoints
 //! (`/healthz`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in
-//! `planner`, ingestion in `messages`, the live event stream in `events`, the door (auth, Host/Origin, body size) in `guard`, and
+//! `planner`, ingestion in `messages`, the live event stream in `events`, the MaiBot bridge
+//! WebSocket in `bridge`, the door (auth, Host/Origin, body size) in `guard`, and
 //! the error body in `error`. Everything but `GET /healthz` is behind the guard, including the
 //! MCP router nested at `/mcp`. Must not: reach the store, or decide permissions (the engine's
 //! facade does).
 
+mod bridge;
 mod error;
 mod events;
 mod guard;
@@ -80,6 +82,7 @@ fn route_table() -> Vec<Route> {
         (Method::POST, "/v1/tasks/{id}/inject", post(tasks::inject)),
         (Method::GET, "/v1/tasks/{id}/history", get(tasks::history)),
         (Method::POST, "/v1/messages", post(messages::post)),
+        (Method::GET, "/v1/planner/tools", get(planner::list_tools)),
         (
             Method::POST,
             "/v1/planner/tools/{name}",
@@ -87,6 +90,7 @@ fn route_table() -> Vec<Route> {
         ),
         (Method::GET, "/v1/planner/board", get(planner::board)),
         (Method::GET, "/v1/events", get(events::stream)),
+        (Method::GET, "/v1/bridge", get(bridge::upgrade)),
     ]
 }
 
@@ -156,11 +160,23 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
         .with_state(api)
 }
 
-async fn healthz() -> impl IntoResponse {
-    axum::Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}))
+/// Liveness, and whether MaiBot's bridge is connected (`not used` with the embedded host).
+async fn healthz(State(api): State<Api>) -> impl IntoResponse {
+    let bridge = match &api.state.bridge {
+        None => "not used",
+        Some(host) if host.status().borrow().connected.is_some() => "connected",
+        Some(_) => "disconnected",
+    };
+    axum::Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "bridge": bridge}))
 }
 
 async fn metrics_text(State(api): State<Api>) -> Result<Response, ApiError> {
+    if let Some(host) = &api.state.bridge {
+        let connected = host.status().borrow().connected.is_some();
+        api.state
+            .metrics
+            .set_bridge(connected, *host.held().borrow());
+    }
     let text = api.state.metrics.render(&api.state.engine).await?;
     Ok((
         StatusCode::OK,

@@ -1,5 +1,6 @@
-//! `/v1/planner/…`: the planner tools with an explicit host context envelope, and the planner
-//! board (SYSTEM.md §7, §10).
+//! `/v1/planner/…`: the planner tools with an explicit host context envelope, the list of those
+//! tools (so a host's plugin registers exactly the registry's definitions), and the planner board
+//! (SYSTEM.md §7, §10).
 //!
 //! A host that is not an MCP client calls a planner tool here with the tool's `arguments` and
 //! the conversation it is in (`context`). The context's `chat_id` is injected into the arguments
@@ -21,7 +22,7 @@ use serde_json::{Map, Value, json};
 
 use mai_core::role::Role;
 use mai_core::tool::OutcomeKind;
-use mai_engine::planner::call_planner_tool;
+use mai_engine::planner::{PLANNER_TOOLS, call_planner_tool};
 
 use crate::host_context::{HOST_CONTEXT_KEYS, HostContext, json_kind};
 
@@ -112,6 +113,25 @@ pub(crate) async fn call_tool(
         HeaderValue::from_static(outcome.kind.as_str()),
     );
     Ok(response)
+}
+
+/// `GET /v1/planner/tools`: every planner tool of the registry in the planner's order, with its
+/// description, parameters (JSON Schema) and visibility — the definitions a host registers, so
+/// they cannot drift from what `POST /v1/planner/tools/{name}` checks.
+pub(crate) async fn list_tools(State(api): State<Api>) -> Json<Value> {
+    let tools: Vec<Value> = PLANNER_TOOLS
+        .iter()
+        .filter_map(|(name, visibility)| {
+            let tool = api.state.planner.get(name)?;
+            Some(json!({
+                "name": tool.name(),
+                "description": tool.description(),
+                "parameters": tool.parameters(),
+                "visibility": visibility.as_str(),
+            }))
+        })
+        .collect();
+    Json(json!({ "tools": tools }))
 }
 
 #[derive(Debug, Deserialize)]

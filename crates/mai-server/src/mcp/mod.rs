@@ -215,5 +215,23 @@ pub fn http_router_until(state: ServerState, shutdown: CancellationToken) -> Rou
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    Router::new().route_service("/", service)
+    Router::new()
+        .route_service("/", service)
+        .layer(axum::middleware::from_fn(delete_answers_no_content))
+}
+
+/// `DELETE /mcp` (the client ends its session) answers **204**: rmcp answers 202 Accepted, which
+/// the streamable HTTP spec does not list for a DELETE; the official Python SDK expects 200 or
+/// 204 and logs a warning on anything else. Other answers pass unchanged (202 stays right for a
+/// POSTed notification).
+async fn delete_answers_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
+    response
 }

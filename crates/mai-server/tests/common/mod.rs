@@ -148,6 +148,9 @@ pub struct ServiceOptions {
     pub files: bool,
     /// Plugin APIs the host offers (through [`PluginHost`]).
     pub apis: Vec<PluginApi>,
+    /// Runs the engine on this MaiBot host instead of the embedded one (`[host] kind =
+    /// "maibot"`): its sends go over the bridge, not to the recording channel.
+    pub bridge: Option<mai_host::MaiBotHost>,
 }
 
 impl Default for ServiceOptions {
@@ -156,6 +159,7 @@ impl Default for ServiceOptions {
             config: test_config(),
             files: false,
             apis: Vec::new(),
+            bridge: None,
         }
     }
 }
@@ -188,10 +192,14 @@ impl Service {
             apis: options.apis,
             api_calls: AtomicUsize::new(0),
         });
+        let engine_host: Arc<dyn Host> = match &options.bridge {
+            Some(bridge) => Arc::new(bridge.clone()),
+            None => plugin_host.clone(),
+        };
         let engine = Engine::new(EngineDeps {
             store: Arc::new(store),
             model: metrics.meter(model.clone()),
-            host: plugin_host.clone(),
+            host: engine_host,
             registry: Arc::new(ToolRegistry::new()),
             config: Arc::new(LiveConfig::new(options.config).unwrap()),
             prompts: Arc::new(Prompts::embedded()),
@@ -208,6 +216,7 @@ impl Service {
             state: ServerState {
                 engine,
                 host,
+                bridge: options.bridge,
                 planner,
                 metrics: metrics.clone(),
             },
