@@ -326,6 +326,7 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut served = serve(data.path(), &fixture.model, port);
+    let mut dump = DumpOnPanic(vec![served.log.clone()]);
 
     let instance = tempfile::tempdir().unwrap();
     let mut maibot = MaiBot::start(MaiBotSpec {
@@ -422,6 +423,7 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     served.child.wait().unwrap();
     drop(served);
     let mut served = serve(data.path(), &fixture.model, port);
+    dump.0.push(served.log.clone());
     served.wait_line("the bridge reconnected", bridge_connected);
     maibot.next_received(
         "the K2 answer after the restart",

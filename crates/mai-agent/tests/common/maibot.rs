@@ -120,7 +120,7 @@ impl MaiBot {
                     .unwrap_or_else(|_| json!({"event": "log", "line": line}));
                 if event["event"] == "log" {
                     keep.lock()
-                        .unwrap()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
                         .push(event["line"].as_str().unwrap_or_default().to_owned());
                     if std::env::var_os("MAI_MAIBOT_LOG").is_some() {
                         eprintln!("[maibot] {}", event["line"].as_str().unwrap_or_default());
@@ -170,15 +170,21 @@ impl MaiBot {
     }
 
     fn fail(&self, why: &str) -> ! {
-        let log = self.log.lock().unwrap();
-        let tail = log[log.len().saturating_sub(200)..].join("\n");
+        let tail = {
+            let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            log[log.len().saturating_sub(200)..].join("\n")
+        };
         panic!("{why}\nMaiBot's last log lines:\n{tail}");
     }
 
     /// The next MaiBot log line matching `pred`, including lines already seen.
     pub fn wait_log(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        if let Some(line) = self.log.lock().unwrap().iter().find(|l| pred(l)) {
-            return line.clone();
+        let found = (self.log.lock().unwrap_or_else(|p| p.into_inner()))
+            .iter()
+            .find(|l| pred(l))
+            .cloned();
+        if let Some(line) = found {
+            return line;
         }
         let event = self.wait_event(what, |e| {
             e["event"] == "log" && pred(e["line"].as_str().unwrap_or_default())
@@ -251,4 +257,18 @@ impl Drop for MaiBot {
 /// The text of a `received` event.
 pub fn text(event: &Value) -> &str {
     event["text"].as_str().unwrap_or_default()
+}
+
+/// Prints mai-agent's log when the test fails (MaiBot's log is in the panic message).
+pub struct DumpOnPanic(pub Vec<Arc<Mutex<Vec<String>>>>);
+
+impl Drop for DumpOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (run, log) in self.0.iter().enumerate() {
+                let log = log.lock().unwrap_or_else(|p| p.into_inner());
+                eprintln!("mai-agent's log (run {}):\n{}", run + 1, log.join("\n"));
+            }
+        }
+    }
 }
