@@ -150,10 +150,7 @@ impl Script {
         let marker = if all.contains("K2:") { "K2" } else { "K1" };
         let Some(result) = messages.iter().rev().find(|m| m["role"] == "tool") else {
             let question = format!("Which city for {marker}?");
-            return completion(
-                body,
-                self.call("ask_user", json!({"question": question})),
-            );
+            return completion(body, self.call("ask_user", json!({"question": question})));
         };
         if marker == "K2" && self.hang_k2.swap(false, Ordering::SeqCst) {
             let _ = self.hung.lock().unwrap().send(());
@@ -344,7 +341,10 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
         l.contains("mai-agent bridge plugin loaded")
     });
     served.wait_line("the bridge connected", bridge_connected);
-    lap("MaiBot started, plugin loaded, bridge connected", &mut clock);
+    lap(
+        "MaiBot started, plugin loaded, bridge connected",
+        &mut clock,
+    );
 
     // Group A: Alice asks; MaiBot's planner creates the task; it asks; she answers; once.
     maibot.say(
@@ -372,17 +372,28 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     // A chat command typed in the group is answered in the group.
     maibot.say(Some(GROUP_A), ALICE, "Alice", "/mt list");
     let listed = maibot.next_received("the /mt list answer in group A", |e| {
-        e["group_id"] == GROUP_A && (text(e).contains("Weather task") || text(e).contains("no tasks"))
+        e["group_id"] == GROUP_A
+            && (text(e).contains("Weather task") || text(e).contains("no tasks"))
     });
     eprintln!("/mt list answered: {}", text(&listed));
 
-    // Group B's planner sees none of group A's tasks and cannot read one by id.
+    // Group A's planner lists its task (the control for what group B must not see)...
+    maibot.say(Some(GROUP_A), ALICE, "Alice", "麦麦 LIST the tasks");
+    let own = fixture
+        .results
+        .recv_timeout(Duration::from_secs(120))
+        .expect("group A's planner never got a result from mai_subagent_list");
+    assert_eq!(own.tool, "mai_subagent_list", "{own:?}");
+    assert!(own.content.contains("Weather task"), "{}", own.content);
+
+    // ...group B's planner sees none of group A's tasks and cannot read one by id.
     maibot.say(Some(GROUP_B), BOB, "Bob", "麦麦 LIST the tasks");
     let list = fixture
         .results
         .recv_timeout(Duration::from_secs(120))
         .expect("group B's planner never got a result from mai_subagent_list");
     assert_eq!(list.tool, "mai_subagent_list", "{list:?}");
+    eprintln!("group B's mai_subagent_list: {}", list.content);
     assert!(
         !list.content.contains("K1") && !list.content.contains("Weather task"),
         "group B's planner sees group A's task: {}",
@@ -395,6 +406,10 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
         .recv_timeout(Duration::from_secs(120))
         .expect("group B's planner never got a result from mai_subagent_status");
     assert_eq!(status.tool, "mai_subagent_status", "{status:?}");
+    eprintln!(
+        "group B's mai_subagent_status of group A's task: {}",
+        status.content
+    );
     assert!(
         !status.content.contains("Paris") && !status.content.contains("K1"),
         "group B's planner read group A's task: {}",
@@ -404,12 +419,7 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
 
     // Task K2: mai-agent is SIGKILLed while the resumed task's model call is in flight.
     fixture.script.hang_k2.store(true, Ordering::SeqCst);
-    maibot.say(
-        Some(GROUP_A),
-        ALICE,
-        "Alice",
-        "麦麦 TASK K2 and tomorrow?",
-    );
+    maibot.say(Some(GROUP_A), ALICE, "Alice", "麦麦 TASK K2 and tomorrow?");
     maibot.next_received(
         "the K2 question in group A",
         in_group(GROUP_A, "Which city for K2?"),
@@ -434,7 +444,8 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     // A last command marks the end: everything before it arrived exactly once.
     maibot.say(Some(GROUP_A), ALICE, "Alice", "/mt list");
     maibot.next_received("the last /mt list answer", |e| {
-        e["group_id"] == GROUP_A && (text(e).contains("Weather task") || text(e).contains("no tasks"))
+        e["group_id"] == GROUP_A
+            && (text(e).contains("Weather task") || text(e).contains("no tasks"))
     });
     let received = maibot.received();
     for needle in [
@@ -450,7 +461,9 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
         );
     }
     assert!(
-        received.iter().all(|e| e["group_id"] != GROUP_B || !text(e).contains("forecast")),
+        received
+            .iter()
+            .all(|e| e["group_id"] != GROUP_B || !text(e).contains("forecast")),
         "a group A answer reached group B: {received:#?}"
     );
     maibot.stop();
@@ -498,7 +511,10 @@ async fn a_real_maibot_starts_offline_and_replies_to_a_mention_through_the_fake_
         model_url: format!("{}/v1", fixture.model.uri()),
         ws_port: free_port(),
         plugins: plugins.clone(),
-        env: vec![("MAI_AGENT_URL".into(), format!("http://127.0.0.1:{}", free_port()))],
+        env: vec![(
+            "MAI_AGENT_URL".into(),
+            format!("http://127.0.0.1:{}", free_port()),
+        )],
     });
     if !plugins.is_empty() {
         maibot.wait_log("the bridge plugin loaded", |l| {
@@ -509,7 +525,10 @@ async fn a_real_maibot_starts_offline_and_replies_to_a_mention_through_the_fake_
     maibot.say(Some(GROUP_A), ALICE, "Alice", "麦麦 HELLO");
     let reply = maibot.next_received("MaiBot's reply in group A", |e| e["group_id"] == GROUP_A);
     assert_eq!(text(&reply), "好的", "{reply}");
-    assert_eq!(reply["message"]["message_info"]["user_info"]["user_id"], "999");
+    assert_eq!(
+        reply["message"]["message_info"]["user_info"]["user_id"],
+        "999"
+    );
     lap("a mention answered", &mut clock);
     maibot.stop();
 }

@@ -115,7 +115,10 @@ impl MaiBot {
         let log = Arc::new(Mutex::new(Vec::new()));
         let keep = log.clone();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 let event: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|_| json!({"event": "log", "line": line}));
                 if event["event"] == "log" {
