@@ -270,7 +270,10 @@ fn serve(data: &std::path::Path, model: &MockServer, port: u16) -> Served {
     let config = data.join("mai-agent.toml");
     std::fs::write(
         &config,
-        format!("[server]\nauth_token = \"{TOKEN}\"\n\n[host]\nkind = \"maibot\"\n"),
+        format!(
+            "[server]\nauth_token = \"{TOKEN}\"\n\n[host]\nkind = \"maibot\"\n\n\
+             [permission]\nusers = [\"qq:{ALICE}\", \"qq:{BOB}\"]\n"
+        ),
     )
     .unwrap();
     let mut command = mai(data, model);

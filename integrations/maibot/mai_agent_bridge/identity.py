@@ -62,9 +62,10 @@ class StreamIdentity:
         )
 
     def context(self) -> dict[str, str]:
-        """The `context` of `POST /v1/planner/tools/{name}`. In a group MaiBot does not say
-        who the planner answers, so there is no `user_id` (mai-agent's default role applies);
-        in a private chat the speaker is the other side of the chat."""
+        """The `context` of `POST /v1/planner/tools/{name}`. In a private chat the speaker is the
+        other side of the chat; in a group MaiBot does not say who the planner answers, so the
+        plugin's `SpeakerTracker` fills it in when one person alone wrote since the planner's
+        last turn — else there is no `user_id` and mai-agent's default role applies."""
         ctx = {"chat_id": self.session_id}
         if self.platform:
             ctx["platform"] = self.platform
@@ -238,3 +239,32 @@ def identity_for(session_id: str, known: Optional[StreamIdentity]) -> StreamIden
     if known is not None and known.session_id == session_id:
         return known
     return StreamIdentity(session_id=session_id)
+
+
+class SpeakerTracker:
+    """Who the planner of a group session answers: MaiBot injects no `user_id` in groups, so the
+    plugin watches the messages between two planner requests of a session. When they all come
+    from one person, that person is the speaker of the tool calls the next request makes (and of
+    later requests with no new message in between); when several people wrote, nobody is — the
+    plugin does not guess, and mai-agent then applies its default role."""
+
+    def __init__(self) -> None:
+        self._new: dict[str, set[str]] = {}
+        self._speaker: dict[str, str] = {}
+
+    def heard(self, session_id: str, user_id: str) -> None:
+        """A message of `user_id` arrived in `session_id`."""
+        if session_id and user_id:
+            self._new.setdefault(session_id, set()).add(user_id)
+
+    def planner_requested(self, session_id: str) -> None:
+        """The planner of `session_id` is about to think: fix its speaker from what it heard."""
+        senders = self._new.pop(session_id, set())
+        if len(senders) == 1:
+            self._speaker[session_id] = next(iter(senders))
+        elif senders:
+            self._speaker.pop(session_id, None)
+
+    def speaker(self, session_id: str) -> str:
+        """The current speaker of `session_id`, or "" when it is not known for sure."""
+        return self._speaker.get(session_id, "")

@@ -11,6 +11,7 @@ Must not: hold task logic (it all lives in mai-agent), take a chat identity from
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -29,6 +30,7 @@ from .identity import (
     CallGuard,
     IdentityRefused,
     PlannerTool,
+    SpeakerTracker,
     StreamIdentity,
     identity_for,
     planner_tool,
@@ -122,6 +124,7 @@ class MaiAgentBridgePlugin(MaiBotPlugin):
         super().__init__()
         self._api = MaiAgentApi(self.settings)
         self._guard = CallGuard()
+        self._speakers = SpeakerTracker()
         self._identities: dict[str, StreamIdentity] = {}
         self._bridge: Optional[BridgeClient] = None
         self._host: Optional[MaiBotHost] = None
@@ -211,6 +214,9 @@ class MaiAgentBridgePlugin(MaiBotPlugin):
         except IdentityRefused as exc:
             return {"success": False, "error": str(exc), "content": str(exc)}
         identity = await self._identity(session_id)
+        if identity.is_group:
+            # The speaker of a group turn: the one person the planner heard since its last turn.
+            identity = dataclasses.replace(identity, user_id=self._speakers.speaker(session_id))
         arguments = tool_arguments(tool, kwargs, session_id)
         try:
             status, body = await self._api.call_tool(tool.name, arguments, identity.context())
@@ -237,6 +243,8 @@ class MaiAgentBridgePlugin(MaiBotPlugin):
     async def on_planner_request(self, **kwargs: Any) -> dict[str, Any]:
         session_id = str(kwargs.get("session_id") or "").strip()
         items = kwargs.get("items")
+        if session_id:
+            self._speakers.planner_requested(session_id)
         if not session_id or not isinstance(items, list):
             return {"action": "continue"}
         try:
@@ -276,6 +284,8 @@ class MaiAgentBridgePlugin(MaiBotPlugin):
         body = message_body(message) if isinstance(message, dict) else None
         if body is None:
             return {"action": "continue"}
+        if not body.get("anonymous"):
+            self._speakers.heard(body["stream_id"], body["user_id"])
         self._identities.setdefault(
             body["stream_id"],
             StreamIdentity(

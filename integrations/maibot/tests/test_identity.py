@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mai_agent_bridge.identity import (  # noqa: E402
     CallGuard,
     IdentityRefused,
+    SpeakerTracker,
     StreamIdentity,
     identity_for,
     planner_tool,
@@ -123,3 +124,28 @@ class GuardTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SpeakerTests(unittest.TestCase):
+    def test_the_one_person_who_wrote_since_the_last_turn_is_the_speaker(self):
+        speakers = SpeakerTracker()
+        speakers.heard("s1", "alice")
+        speakers.heard("s1", "alice")
+        speakers.planner_requested("s1")
+        self.assertEqual(speakers.speaker("s1"), "alice")
+        # A follow-up turn with no new message keeps the speaker.
+        speakers.planner_requested("s1")
+        self.assertEqual(speakers.speaker("s1"), "alice")
+        self.assertEqual(speakers.speaker("s2"), "")
+
+    def test_several_writers_make_no_speaker_rather_than_a_guess(self):
+        speakers = SpeakerTracker()
+        speakers.heard("s1", "alice")
+        speakers.planner_requested("s1")
+        speakers.heard("s1", "alice")
+        speakers.heard("s1", "mallory")
+        speakers.planner_requested("s1")
+        self.assertEqual(speakers.speaker("s1"), "")
+        speakers.heard("s1", "bob")
+        speakers.planner_requested("s1")
+        self.assertEqual(speakers.speaker("s1"), "bob")
