@@ -348,6 +348,18 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
         "MaiBot started, plugin loaded, bridge connected",
         &mut clock,
     );
+    // The tools the plugin offers MaiBot are the ones this mai-agent serves (no drift).
+    let checked = std::process::Command::new(&python)
+        .arg(maibot_harness::repo_root().join("integrations/maibot/check_tools.py"))
+        .args(["--url", &served.base, "--token", TOKEN])
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "check_tools.py: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 
     // Group A: Alice asks; MaiBot's planner creates the task; it asks; she answers; once.
     maibot.say(
@@ -534,4 +546,21 @@ async fn a_real_maibot_starts_offline_and_replies_to_a_mention_through_the_fake_
     );
     lap("a mention answered", &mut clock);
     maibot.stop();
+}
+
+/// The plugin's own unit tests (identity never from the model, part-id memory, frames, hooks),
+/// run in MaiBot's Python with MaiBot's SDK installed.
+#[test]
+fn the_plugins_own_tests_pass_in_maibots_python() {
+    let Some(python) = maibot_python() else {
+        return;
+    };
+    let output = std::process::Command::new(&python)
+        .args(["-m", "unittest", "discover", "-s", "tests"])
+        .current_dir(maibot_harness::repo_root().join("integrations/maibot"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{report}");
+    assert!(report.contains("OK"), "{report}");
 }
