@@ -10,6 +10,7 @@
 
 mod link;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,12 +57,16 @@ impl Default for MaiBotConfig {
 #[derive(Clone)]
 pub struct MaiBotHost {
     slot: Arc<Slot>,
+    /// Per chat, how many parts failed because no bridge came back within the offline timeout:
+    /// the next bridge first delivers a notice saying so into each of these chats.
+    undelivered: Arc<std::sync::Mutex<BTreeMap<StreamId, usize>>>,
 }
 
 impl MaiBotHost {
     pub fn new(config: MaiBotConfig) -> MaiBotHost {
         MaiBotHost {
             slot: Arc::new(Slot::new(config)),
+            undelivered: Arc::default(),
         }
     }
 
@@ -71,9 +76,41 @@ impl MaiBotHost {
         link::handshake(frame)
     }
 
-    /// Makes a bridge that said hello the current one, replacing (and closing) any other.
+    /// Makes a bridge that said hello the current one, replacing (and closing) any other; then
+    /// tells each chat whose messages were given up while no bridge was connected.
     pub fn attach(&self, hello: Hello) -> BridgeLink {
-        self.slot.attach(hello)
+        let link = self.slot.attach(hello);
+        let notices = std::mem::take(&mut *self.undelivered_lock());
+        if !notices.is_empty()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let host = self.clone();
+            runtime.spawn(async move { host.deliver_notices(notices).await });
+        }
+        link
+    }
+
+    fn undelivered_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<StreamId, usize>> {
+        // Single inserts and takes: a poisoned lock still holds consistent counts.
+        self.undelivered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sends each chat the notice of the parts it lost; a notice that cannot go out now waits
+    /// for the next bridge.
+    async fn deliver_notices(&self, notices: BTreeMap<StreamId, usize>) {
+        for (stream, lost) in notices {
+            let text = format!(
+                "mai-agent could not deliver {lost} message(s) here: MaiBot's bridge was away \
+                 longer than [host] offline_timeout_min. Ask for them again, or see /mt list."
+            );
+            let part_id = format!("notice:{:032x}", rand::random::<u128>());
+            if let Err(error) = self.send(&stream, &text, &part_id).await {
+                tracing::warn!(%stream, %error, "could not deliver the notice of undelivered messages");
+                *self.undelivered_lock().entry(stream).or_default() += lost;
+            }
+        }
     }
 
     /// A text frame the plugin sent over bridge `generation`; returns the frame to answer with,
@@ -135,10 +172,12 @@ impl MaiBotHost {
     ) -> Result<Delivery, HostError> {
         let params = json!({"stream_id": stream, "text": text, "part_id": part_id});
         loop {
-            self.slot
-                .wait_for_bridge()
-                .await
-                .map_err(|error| host_error("send_text", error))?;
+            if let Err(error) = self.slot.wait_for_bridge().await {
+                if !part_id.starts_with("notice:") {
+                    *self.undelivered_lock().entry(stream.clone()).or_default() += 1;
+                }
+                return Err(host_error("send_text", error));
+            }
             match self.slot.request("send_text", params.clone()).await {
                 Ok(answer) => return Ok(delivery(&answer)),
                 Err(BridgeError::Offline | BridgeError::Disconnected) => {
@@ -323,6 +362,42 @@ mod tests {
         let started = tokio::time::Instant::now();
         assert!(host.send_part(&stream, "hi", "t:1").await.is_err());
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_bridge_first_tells_each_chat_what_it_lost_while_away() {
+        let host = host(30);
+        let (a, b) = (StreamId::new("a").unwrap(), StreamId::new("b").unwrap());
+        for (stream, part) in [(&a, "t:0"), (&a, "t:1"), (&b, "u:0")] {
+            assert!(host.send_part(stream, "answer", part).await.is_err());
+        }
+        let mut link = host.attach(Hello::default());
+        // Taken by this bridge: the next one has nothing to tell unless these fail again.
+        assert!(host.undelivered_lock().is_empty());
+        let mut noticed = BTreeMap::new();
+        for _ in 0..2 {
+            let request: Value = serde_json::from_str(&link.outbox.recv().await.unwrap()).unwrap();
+            assert_eq!(request["method"], "send_text");
+            assert!(
+                request["params"]["part_id"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("notice:")
+            );
+            let text = request["params"]["text"].as_str().unwrap().to_owned();
+            noticed.insert(
+                request["params"]["stream_id"].as_str().unwrap().to_owned(),
+                text,
+            );
+        }
+        assert!(
+            noticed["a"].contains("could not deliver 2 message(s)"),
+            "{noticed:?}"
+        );
+        assert!(
+            noticed["b"].contains("could not deliver 1 message(s)"),
+            "{noticed:?}"
+        );
     }
 
     #[tokio::test]
