@@ -1,8 +1,9 @@
 //! The host context of a planner call, as both front doors read it: an MCP request's `_meta` and
 //! the HTTP API's `context` envelope (`mai_server::host_context`). Arbitrary JSON must give a
 //! context or an error naming the key — never a panic. Injected into a call's arguments, the
-//! host's `chat_id` always wins over the model's, and a parameter the tool's schema declares
-//! (`send_message`'s `group_id`) is never overwritten.
+//! identity keys (`chat_id`, `user_id`, …) are the host's or absent — never the model's — and a
+//! parameter the tool's schema declares (`send_message`'s `group_id`) is never overwritten (the
+//! host's value goes in as `host_group_id`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -23,18 +24,20 @@ fuzz_target!(|data: &[u8]| {
             }
         };
         let schema = json!({"properties": {"group_id": {}, "text": {}}});
-        let mut args: Map<String, Value> = match json!({"chat_id": "model-chat", "group_id": "model-group", "text": "hi"})
+        let mut args: Map<String, Value> = match json!({"chat_id": "model-chat", "group_id": "model-group",
+            "user_id": "model-user", "host_group_id": "model-host-group", "text": "hi"})
         {
             Value::Object(args) => args,
             _ => unreachable!(),
         };
         context.inject(&mut args, &schema);
-        let expected_chat = context.chat_id.as_deref().unwrap_or("model-chat");
-        assert_eq!(args["chat_id"].as_str(), Some(expected_chat));
+        // Identity keys are the host's or absent, never the model's.
+        let str_of = |key: &str| args.get(key).and_then(Value::as_str);
+        assert_eq!(str_of("chat_id"), context.chat_id.as_deref());
+        assert_eq!(str_of("user_id"), context.user_id.as_deref());
+        assert_eq!(str_of("host_group_id"), context.group_id.as_deref());
+        // A parameter the schema declares stays the model's.
         assert_eq!(args["group_id"], "model-group");
         assert_eq!(args["text"], "hi");
-        if let Some(user) = &context.user_id {
-            assert_eq!(args["user_id"].as_str(), Some(user.as_str()));
-        }
     }
 });
