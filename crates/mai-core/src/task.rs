@@ -209,7 +209,7 @@ pub struct DeliveryProgress {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TaskMetadata {
-    /// The group of the task's stream (`None` = a private chat); the owner's role is resolved
+    /// The group of the task's stream (`None` = a private chat); the requester's role is resolved
     /// per stream, so it is needed on every tool call.
     pub group_id: Option<String>,
     /// Set while paused; `Stop` means "paused by stop".

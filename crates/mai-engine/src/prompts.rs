@@ -21,7 +21,7 @@ use serde::Serialize;
 /// be present when rendering (lists may be empty).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PromptName {
-    /// System prompt of the agent loop. `intent`: the task; `role`: the owner's role
+    /// System prompt of the agent loop. `intent`: the task; `role`: the role the task runs with
     /// (guest/user/admin); `platform`; `stream_id`: the task's chat; `now`: current time as text;
     /// `max_rounds`: the round budget.
     AgentSystem,

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 /// `list_my_tasks` shows at most this many tasks, newest first.
 pub const LIST_LIMIT: u32 = 20;
 
-const LIST_MY_TASKS: &str = "List your owner's tasks (newest first) with short id, title and \
+const LIST_MY_TASKS: &str = "List the tasks of the person you act for (newest first) with short id, title and \
 status.";
 const CREATE_SUBTASK: &str = "Start a separate background task for this owner and chat, for work \
 that should run on its own instead of inside this task.";
