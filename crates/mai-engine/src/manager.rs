@@ -243,11 +243,13 @@ impl Engine {
         task.scheduled_at = scheduled_at;
         task.metadata.group_id = caller.group_id.clone();
         acts_for(&mut task, caller, parent.as_ref());
-        // Checked before the title costs a model call, and again under the admission lock.
-        self.admission.check(self, &task).await?;
+        // Checked under the admission lock; when the title costs a model call, before it too.
         task.title = match request.title.filter(|t| !t.trim().is_empty()) {
             Some(title) => title.trim().chars().take(80).collect(),
-            None => self.title_for(&task.intent).await,
+            None => {
+                self.admission.check(self, &task).await?;
+                self.title_for(&task.intent).await
+            }
         };
         let admitted = self.admission.enter(&task).await;
         self.admission.check(self, &task).await?;
