@@ -1,4 +1,4 @@
-//! The planner channel: the 11 tools per SYSTEM.md §7, acting as the host's speaker (or at
+//! The planner channel: the 11 planner tools, acting as the host's speaker (or at
 //! `[planner] default_role` without one) with owner `planner:{stream}`, stream isolation with the
 //! host-injected `chat_id`, the shared `send_message`/`search_users`, and the MCP proxy with and
 //! without a manager.

@@ -399,12 +399,29 @@ impl Config {
 
     /// Checks that types alone cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        fn at_least(
-            section: &'static str,
-            key: &'static str,
-            value: u64,
-            min: u64,
-        ) -> Result<(), ConfigError> {
+        let onebot = &self.channels.onebot;
+        let (task, sub, split) = (&self.task, &self.subagent, &self.splitter);
+        // (section, key, value, minimum), checked in this order.
+        #[rustfmt::skip]
+        let minimums: [(&'static str, &'static str, u64, u64); 16] = [
+            ("task", "max_concurrent_tasks", task.max_concurrent_tasks.into(), 1),
+            ("task", "max_rounds", task.max_rounds.into(), 1),
+            ("host", "request_timeout_secs", self.host.request_timeout_secs.into(), 1),
+            ("task", "default_timeout_min", task.default_timeout_min.into(), 1),
+            ("splitter", "max_length", split.max_length.into(), 16),
+            ("splitter", "max_messages", split.max_messages.into(), 1),
+            ("subagent", "max_parallel_subagents", sub.max_parallel_subagents.into(), 1),
+            ("subagent", "max_rounds", sub.max_rounds.into(), 1),
+            ("subagent", "max_result_chars", sub.max_result_chars.into(), 100),
+            ("shell", "timeout_seconds", self.shell.timeout_seconds, 1),
+            ("shell", "max_output_chars", self.shell.max_output_chars.into(), 100),
+            ("search", "max_results", self.search.max_results.into(), 1),
+            ("llm", "timeout_secs", self.llm.timeout_secs, 1),
+            ("server", "max_body_bytes", self.server.max_body_bytes as u64, 1024),
+            ("channels.onebot", "send_timeout_secs", onebot.send_timeout_secs, 1),
+            ("channels.onebot", "reconnect_max_secs", onebot.reconnect_max_secs, 1),
+        ];
+        for (section, key, value, min) in minimums {
             if value < min {
                 return Err(ConfigError::Invalid {
                     section,
@@ -412,61 +429,7 @@ impl Config {
                     problem: format!("must be ≥ {min}, got {value}"),
                 });
             }
-            Ok(())
         }
-        at_least(
-            "task",
-            "max_concurrent_tasks",
-            self.task.max_concurrent_tasks.into(),
-            1,
-        )?;
-        at_least("task", "max_rounds", self.task.max_rounds.into(), 1)?;
-        at_least(
-            "host",
-            "request_timeout_secs",
-            self.host.request_timeout_secs.into(),
-            1,
-        )?;
-        at_least(
-            "task",
-            "default_timeout_min",
-            self.task.default_timeout_min.into(),
-            1,
-        )?;
-        at_least(
-            "splitter",
-            "max_length",
-            self.splitter.max_length.into(),
-            16,
-        )?;
-        at_least(
-            "splitter",
-            "max_messages",
-            self.splitter.max_messages.into(),
-            1,
-        )?;
-        at_least(
-            "subagent",
-            "max_parallel_subagents",
-            self.subagent.max_parallel_subagents.into(),
-            1,
-        )?;
-        at_least("subagent", "max_rounds", self.subagent.max_rounds.into(), 1)?;
-        at_least(
-            "subagent",
-            "max_result_chars",
-            self.subagent.max_result_chars.into(),
-            100,
-        )?;
-        at_least("shell", "timeout_seconds", self.shell.timeout_seconds, 1)?;
-        at_least(
-            "shell",
-            "max_output_chars",
-            self.shell.max_output_chars.into(),
-            100,
-        )?;
-        at_least("search", "max_results", self.search.max_results.into(), 1)?;
-        at_least("llm", "timeout_secs", self.llm.timeout_secs, 1)?;
         if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
         {
             return Err(ConfigError::Invalid {
@@ -501,13 +464,6 @@ impl Config {
                 ),
             });
         }
-        at_least(
-            "server",
-            "max_body_bytes",
-            self.server.max_body_bytes as u64,
-            1024,
-        )?;
-        let onebot = &self.channels.onebot;
         if onebot.enabled && !(onebot.url.starts_with("ws://") || onebot.url.starts_with("wss://"))
         {
             return Err(ConfigError::Invalid {
@@ -516,18 +472,6 @@ impl Config {
                 problem: format!("must start with ws:// or wss://, got `{}`", onebot.url),
             });
         }
-        at_least(
-            "channels.onebot",
-            "send_timeout_secs",
-            onebot.send_timeout_secs,
-            1,
-        )?;
-        at_least(
-            "channels.onebot",
-            "reconnect_max_secs",
-            onebot.reconnect_max_secs,
-            1,
-        )?;
         PermissionResolver::new(&self.permission)?;
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! `/v1/planner/…`: the planner tools with an explicit host context envelope, the list of those
-//! tools (so a host's plugin registers exactly the registry's definitions), and the planner board
-//! (SYSTEM.md §7, §10).
+//! tools (so a host's plugin registers exactly the registry's definitions), and the planner
+//! board.
 //!
 //! A host that is not an MCP client calls a planner tool here with the tool's `arguments` and
 //! the conversation it is in (`context`). The context's `chat_id` is injected into the arguments
