@@ -1,5 +1,5 @@
-//! The file tools' sandbox (SYSTEM.md §5.3): `read` and `write` through the registry, exactly as
-//! the agent loop calls them, with an arbitrary path, for every confined role. The sandbox root
+//! The file tools' sandbox (docs/tools.md#files): `read` and `write` through the registry, exactly
+//! as the agent loop calls them, with an arbitrary path, for every confined role. The sandbox root
 //! holds symlinks that lead out (to a sibling directory holding a secret, to the parent, by
 //! absolute and relative targets, through a subdirectory, in a loop). Asserts that no call ever
 //! reads the secret or changes anything outside the root, whatever the path.

@@ -1,4 +1,5 @@
-//! The reply splitter (SYSTEM.md §8). Asserts its contract, not just "no panic":
+//! The reply splitter (docs/design.md, "Replies and delivery"). Asserts its contract, not just
+//! "no panic":
 //! - `concat(parts) == normalize(text)` (no content lost, added or reordered);
 //! - no empty part, empty output exactly for whitespace-only input;
 //! - at most `max_messages` parts;

@@ -1,6 +1,6 @@
-//! Hot reload of the config file while `serve` runs (SYSTEM.md §11): the file is watched, an edit
-//! is parsed with the environment overrides applied and validated, and only a good config is
-//! swapped in — a bad edit keeps the last good config and the log says why.
+//! Hot reload of the config file while `serve` runs (docs/configuration.md#hot-reload): the file is
+//! watched, an edit is parsed with the environment overrides applied and validated, and only a good
+//! config is swapped in — a bad edit keeps the last good config and the log says why.
 //!
 //! Hot: permission, task limits, shell, subagent, splitter, send, search, mcp (servers and fetch),
 //! planner_board, polish, plugin_api. Read once at start-up (a change is logged as needing a

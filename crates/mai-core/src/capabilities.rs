@@ -10,7 +10,7 @@ use crate::role::Role;
 use crate::task::{TaskLevel, TaskRecord};
 use crate::tool::ToolContext;
 
-/// Task management for the task-management tools (SYSTEM.md §5.1).
+/// Task management for the task-management tools (docs/tools.md).
 #[async_trait]
 pub trait TaskControl: Send + Sync + 'static {
     /// The tasks of the calling task's owner, newest first.
@@ -40,7 +40,8 @@ pub trait TaskControl: Send + Sync + 'static {
     async fn cancel_task(&self, ctx: &ToolContext, task: &str) -> Result<TaskRecord, String>;
 }
 
-/// Sending text through the reply path (polish, split, send with retries; SYSTEM.md §8).
+/// Sending text through the reply path: polish, split, send with retries (docs/design.md,
+/// "Replies and delivery").
 #[async_trait]
 pub trait Messenger: Send + Sync + 'static {
     /// Delivers `text` to `stream`; returns the parts sent.
@@ -55,8 +56,8 @@ pub trait Messenger: Send + Sync + 'static {
 }
 
 /// The MCP client manager as the planner's proxy tools (`list_mcp_tools`, `call_mcp_tool`,
-/// SYSTEM.md §7) see it: the planner reaches every configured MCP tool through these two calls
-/// instead of one registered tool per MCP tool.
+/// docs/design.md, "The planner") see it: the planner reaches every configured MCP tool through
+/// these two calls instead of one registered tool per MCP tool.
 ///
 /// Both take the caller's role (the speaker's, for the planner) and apply the same per-tool roles
 /// as the agent loop's `mcp_*` tools (`[[mcp.servers]] min_role` / `tool_roles`): a tool the role

@@ -1,4 +1,5 @@
-//! The host capability (SYSTEM.md §9): where messages go and where chat context comes from.
+//! The host capability (docs/design.md, "Hosts and bridges"): where messages go and where chat
+//! context comes from.
 //!
 //! The engine talks to every host (the embedded one, a MaiBot bridge, a test double) through this
 //! trait only. Methods the host cannot serve return empty answers, never made-up data.
@@ -114,7 +115,7 @@ pub struct UserHit {
     pub matched: String,
 }
 
-/// How `search_memory` searches (SYSTEM.md §5.2); each mode is documented by the host.
+/// How `search_memory` searches (docs/host.md); each mode is documented by the host.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]

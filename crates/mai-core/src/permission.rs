@@ -1,4 +1,4 @@
-//! Role resolution per stream (SYSTEM.md §3).
+//! Role resolution per stream (docs/design.md, "Roles and the permission model").
 //!
 //! A person's role depends on where they speak: the same admin is a plain user in a group chat
 //! unless `admin_in_group_chats` is on. The rules are applied in the spec's order and the first
@@ -82,7 +82,8 @@ impl PermissionResolver {
         })
     }
 
-    /// The role of `speaker`, by the rules of SYSTEM.md §3 in order; first match wins.
+    /// The role of `speaker`, by the rules of docs/design.md ("Roles and the permission model")
+    /// in order; first match wins.
     pub fn resolve(&self, speaker: &Speaker<'_>) -> Role {
         let person = PersonId {
             platform: speaker.platform.to_owned(),

@@ -1,4 +1,4 @@
-//! The task record and its state machine (SYSTEM.md §6.1).
+//! The task record and its state machine (docs/design.md, "Tasks and their states").
 //!
 //! A record is plain data: everything here serializes and round-trips, and no runtime object
 //! (channel, future, token) ever lives in it. Every status change goes through
@@ -116,7 +116,7 @@ impl TaskStatus {
         )
     }
 
-    /// The transition table of SYSTEM.md §6.1.
+    /// The transition table of docs/design.md, "Tasks and their states".
     pub fn can_become(self, next: TaskStatus) -> bool {
         use TaskStatus::*;
         match self {

@@ -1,6 +1,6 @@
-//! Sub-agents (SYSTEM.md §5.7): the allowed tool set, the subset check, the execution-time
-//! guard, concurrent calls in call order, limits, truncation, cancellation, no nesting and no
-//! persistence.
+//! Sub-agents (docs/design.md, "Sub-agents"): the allowed tool set, the subset check, the
+//! execution-time guard, concurrent calls in call order, limits, truncation, cancellation, no
+//! nesting and no persistence.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

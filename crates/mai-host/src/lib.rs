@@ -1,4 +1,4 @@
-//! The embedded host (SYSTEM.md §9): mai-agent's own chat store in SQLite — streams, messages,
+//! The embedded host (docs/host.md): mai-agent's own chat store in SQLite — streams, messages,
 //! people, jargon, knowledge notes, talk frequency and invisible context notes — with full-text
 //! memory search, and the registry of outbound channels `send_text` hands messages to.
 //!

@@ -1,4 +1,4 @@
-//! MCP client for mai-agent (SYSTEM.md §5.9, §12), built on the official Rust SDK `rmcp`.
+//! MCP client for mai-agent (docs/design.md, "Tools"), built on the official Rust SDK `rmcp`.
 //!
 //! - [`McpManager`]: starts every configured server concurrently (stdio child in its own process
 //!   group, or streamable HTTP), reports per-server [`ServerStatus`], restarts crashed servers

@@ -1,8 +1,9 @@
 //! The host context of a planner call: the conversation (and platform, person, group) the host's
 //! planner is acting in — read from an MCP `tools/call` request's `_meta` or from the HTTP API's
 //! `context` envelope — and how it reaches the planner tools: as the host-injected keys in the
-//! arguments, the `chat_id` that stream isolation checks (`mai_engine::planner`, SYSTEM.md §7).
-//! One place for both front doors, so a planner gets the same treatment over either.
+//! arguments, the `chat_id` that stream isolation checks (`mai_engine::planner`; docs/design.md,
+//! "The planner"). One place for both front doors, so a planner gets the same treatment over
+//! either.
 //!
 //! Must not: let anything the model wrote in the arguments win over what the host sent in
 //! `_meta`, or overwrite a parameter a tool's schema gives the model (`send_message`'s

@@ -1,11 +1,12 @@
 //! The inbound pipeline: the one path every chat channel (HTTP ingestion, OneBot, console) hands
 //! a received message to.
 //!
-//! For each message, in this order: store it in the embedded host (so memory search and the
-//! planner see it), resolve the sender's role in that stream from the live `[permission]` config
-//! (SYSTEM.md §3), then either run it as a `/maitask` (`/mt`) chat command — the reply is sent
-//! back **raw**, never polished (§8, §10) — or offer it as the answer to a task acting for that
-//! sender waiting in that stream (§5.4: one reply wakes exactly one task).
+//! For each message, in this order: store it in the embedded host (so memory search and the planner
+//! see it), resolve the sender's role in that stream from the live `[permission]` config
+//! (docs/design.md, "Roles and the permission model"), then either run it as a `/maitask` (`/mt`)
+//! chat command — the reply is sent back **raw**, never polished ("Replies and delivery") — or
+//! offer it as the answer to a task acting for that sender waiting in that stream
+//! ("Asking the user": one reply wakes exactly one task).
 //!
 //! A message from an anonymous group member ([`IncomingMessage::anonymous`]) is stored and
 //! nothing more: its `user_id` is shared by every anonymous member, so it names no one. Such a

@@ -1,6 +1,6 @@
-//! The front doors of a running mai-agent (SYSTEM.md §10): the HTTP API, the MCP server that
-//! offers the planner tools, Prometheus metrics, and the inbound pipeline every chat channel
-//! (HTTP ingestion, OneBot, console) feeds its messages through.
+//! The front doors of a running mai-agent (docs/design.md, "Hosts and bridges"): the HTTP API, the
+//! MCP server that offers the planner tools, Prometheus metrics, and the inbound pipeline every
+//! chat channel (HTTP ingestion, OneBot, console) feeds its messages through.
 //!
 //! Everything here calls the engine's task manager facade and the planner registry; nothing
 //! reaches the store directly or decides a permission itself.

@@ -1,4 +1,4 @@
-//! The information tools (SYSTEM.md §5.2): `search_memory`, `fetch_history`, `query_person`,
+//! The information tools (docs/tools.md): `search_memory`, `fetch_history`, `query_person`,
 //! `search_users`, `get_frequency` — discoverable, min_role guest, all backed by the [`Host`].
 //!
 //! Owns argument checking (times, limits, which chat) and the compact result shapes. Limits are
@@ -284,7 +284,7 @@ impl TypedTool for SearchUsers {
                 keywords.push(keyword.to_owned());
             }
         }
-        // No keyword (SYSTEM.md §7 makes it optional): the most recently active chats.
+        // No keyword (the planner's schema makes it optional): the most recently active chats.
         let query = UserQuery {
             keywords,
             chat_type: args.chat_type.map(|t| match t {

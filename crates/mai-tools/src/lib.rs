@@ -1,5 +1,6 @@
-//! The built-in tools of the agent-loop channel (SYSTEM.md §5), each a small module. Tools see
-//! only `mai-core` traits: what a tool needs from the engine or the host arrives as a trait.
+//! The built-in tools of the agent-loop channel (docs/design.md, "Tools"), each a small module.
+//! Tools see only `mai-core` traits: what a tool needs from the engine or the host arrives as a
+//! trait.
 
 pub mod budget;
 pub mod files;

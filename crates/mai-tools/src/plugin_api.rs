@@ -1,4 +1,4 @@
-//! Cross-plugin API tools (SYSTEM.md §5.6): one `call_{api}` tool per host plugin API that
+//! Cross-plugin API tools (docs/tools.md): one `call_{api}` tool per host plugin API that
 //! `[plugin_api] allowlist` names — discoverable, min_role admin, one free-form `args` object.
 //!
 //! Owns which APIs become tools and the name mapping (`weather.today` → `call_weather_today`:

@@ -1,5 +1,5 @@
-//! `send_message` (SYSTEM.md §5.5): send text to one chat — a stream, a group or a person —
-//! through the reply path ([`Messenger`]); discoverable, min_role user.
+//! `send_message` (docs/tools.md#send_message): send text to one chat — a stream, a group or a
+//! person — through the reply path ([`Messenger`]); discoverable, min_role user.
 //!
 //! Owns choosing the target, including **host context stripping**: a host injects the current
 //! conversation (`stream_id`, `chat_id`, `group_id`, `user_id`, `platform`) into the arguments

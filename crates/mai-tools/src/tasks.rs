@@ -1,4 +1,4 @@
-//! The task-management tools (SYSTEM.md §5.1): `list_my_tasks`, `create_subtask`, `inject_task`,
+//! The task-management tools (docs/tools.md): `list_my_tasks`, `create_subtask`, `inject_task`,
 //! `cancel_task` — discoverable, min_role user, backed by the engine's [`TaskControl`].
 //!
 //! Owner, stream and role come only from the [`ToolContext`]: the argument structs have no such

@@ -1,5 +1,5 @@
-//! Typed configuration (SYSTEM.md §11): one TOML document, every section with defaults, every
-//! value overridable from the environment as `MAI_AGENT__<SECTION>__<KEY>`.
+//! Typed configuration (reference: docs/configuration.md): one TOML document, every section with
+//! defaults, every value overridable from the environment as `MAI_AGENT__<SECTION>__<KEY>`.
 //!
 //! Parsing and validation live here and do no I/O: the binary reads the file and the environment
 //! and hands both in. Errors name the key and say what is expected.

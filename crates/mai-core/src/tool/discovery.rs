@@ -1,4 +1,4 @@
-//! The synthetic discovery tools `list_tools` and `get_tool_schema` (SYSTEM.md §4.3).
+//! The synthetic discovery tools `list_tools` and `get_tool_schema` (docs/design.md, "Tools").
 //!
 //! They are a fallback for models that still call them (old history, habit): never registered,
 //! never presented, answered at dispatch time from the registry's role view. `get_tool_schema`

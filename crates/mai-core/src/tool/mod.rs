@@ -1,5 +1,5 @@
-//! The tool system (SYSTEM.md §4): definitions, the role-gated registry, argument validation,
-//! the context every handler receives, and the synthetic discovery fallback.
+//! The tool system (docs/design.md, "Tools"): definitions, the role-gated registry, argument
+//! validation, the context every handler receives, and the synthetic discovery fallback.
 //!
 //! Three gates share one comparison ([`crate::role::require`]): presentation (the registry's
 //! per-role lists), execution ([`ToolRegistry::execute`] checks again and never runs a refused

@@ -1,4 +1,4 @@
-//! The OneBot v11 channel (SYSTEM.md §9): QQ through NapCat, Lagrange, go-cqhttp and other
+//! The OneBot v11 channel (docs/channels.md): QQ through NapCat, Lagrange, go-cqhttp and other
 //! implementations, over their forward WebSocket, with this process as the client.
 //!
 //! It owns one connection (kept open with reconnects), the mapping of OneBot message events to

@@ -1,5 +1,5 @@
-//! The native `fetch` tool (SYSTEM.md §12): GET an http(s) URL, HTML turned into Markdown, paged
-//! by `start_index`/`max_length`, behind an SSRF guard.
+//! The native `fetch` tool (docs/design.md, "Tools"): GET an http(s) URL, HTML turned into
+//! Markdown, paged by `start_index`/`max_length`, behind an SSRF guard.
 //!
 //! Owns the request loop: every hop's host is checked and resolved once through the
 //! [`Resolver`], every answer must pass [`guard::refused_address`], and the connection is pinned

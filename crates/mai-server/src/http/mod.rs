@@ -1,4 +1,4 @@
-//! The HTTP API of `mai-agent serve` (SYSTEM.md §10; reference: docs/http-api.md).
+//! The HTTP API of `mai-agent serve` (reference: docs/http-api.md).
 //!
 //! Owns the route table, the options the router is built from, and the small endpoints
 //! (`/healthz`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in

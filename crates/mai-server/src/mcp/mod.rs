@@ -1,5 +1,5 @@
-//! The MCP server (SYSTEM.md §10): the 11 planner tools of §7 for any MCP host — MaiBot's MCP
-//! client, desktop assistants, agent frameworks — over stdio (`mai-agent mcp`) and streamable
+//! The MCP server: the 11 planner tools (docs/design.md, "The planner") for any MCP host — MaiBot's
+//! MCP client, desktop assistants, agent frameworks — over stdio (`mai-agent mcp`) and streamable
 //! HTTP (nested at `/mcp` by the HTTP API router).
 //!
 //! Owns the protocol mapping only, and leaves the protocol itself to rmcp (the official SDK):

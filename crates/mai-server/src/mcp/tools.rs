@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use mai_core::tool::{ToolDefinition, ToolOutcome, ToolRegistry};
 use mai_engine::planner::{PLANNER_TOOLS, PlannerVisibility};
 
-/// The planner tools of `registry` in spec order (SYSTEM.md §7). A spec tool missing from the
-/// registry is left out (and logged): listing a tool that cannot be called would be worse.
+/// The planner tools of `registry` in spec order (docs/design.md, "The planner"). A spec tool
+/// missing from the registry is left out (and logged): listing a tool that cannot be called would
+/// be worse.
 pub(crate) fn planner_tools(registry: &ToolRegistry) -> Vec<Tool> {
     PLANNER_TOOLS
         .iter()

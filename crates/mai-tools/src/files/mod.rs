@@ -1,5 +1,5 @@
-//! The file tools `read` and `write` (SYSTEM.md §5.3): discoverable, min_role user, confined to
-//! `data_dir/files/` unless an admin task runs with `[files] admin_open = true`; a non-admin
+//! The file tools `read` and `write` (docs/tools.md#files): discoverable, min_role user, confined
+//! to `data_dir/files/` unless an admin task runs with `[files] admin_open = true`; a non-admin
 //! task only reaches its requester's own space in there, under a quota.
 //!
 //! This module owns building the two definitions and the sandbox root they share; whose space a

@@ -1,6 +1,6 @@
-//! The sandbox path policy of the file tools (SYSTEM.md §5.3, the third gate): which filesystem a
-//! call may reach, which path texts are refused outright, and how files are opened so that no
-//! special file is ever read or written.
+//! The sandbox path policy of the file tools (docs/tools.md#files; the third gate): which
+//! filesystem a call may reach, which path texts are refused outright, and how files are opened so
+//! that no special file is ever read or written.
 //!
 //! Confined calls (user; admin unless `[files] admin_open`) go through one `cap_std::fs::Dir`
 //! opened on the call's root (its file space, or the whole sandbox for an admin — see

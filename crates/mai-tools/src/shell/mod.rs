@@ -1,5 +1,5 @@
-//! `run_command` (SYSTEM.md §5.8): runs a shell command line for an admin task and reports its
-//! exit code and (bounded) output.
+//! `run_command` (docs/tools.md#run_command): runs a shell command line for an admin task and
+//! reports its exit code and (bounded) output.
 //!
 //! Owns the tool's definition, its arguments and result shape, and the checks made at each call
 //! (role, `[shell]` limits read from the call's config snapshot, cwd). Process handling lives in
