@@ -1,7 +1,7 @@
 //! Role resolution per stream (docs/design.md, "Roles and the permission model").
 //!
 //! A person's role depends on where they speak: the same admin is a plain user in a group chat
-//! unless `admin_in_group_chats` is on. The rules are applied in the spec's order and the first
+//! unless `admin_in_group_chats` is on. The rules are applied in design.md's order and the first
 //! match wins; nobody matched is a guest (fail-closed).
 
 use std::collections::HashSet;
