@@ -22,10 +22,10 @@ pub fn in_ci() -> bool {
 /// `CI=true` this panics with both; elsewhere it prints a SKIP line and the caller returns.
 pub fn peer_missing(what: &str, install: &str) {
     if in_ci() {
-        panic!("CI=true and {what}; install it with: {install}");
+        panic!("CI=true and {what}; to install: {install}");
     }
-    println!("SKIP: {what}; install it with: {install}");
-    eprintln!("SKIP: {what}; install it with: {install}");
+    println!("SKIP: {what}; to install: {install}");
+    eprintln!("SKIP: {what}; to install: {install}");
 }
 
 /// `testing/peers/setup.sh` in this repository.

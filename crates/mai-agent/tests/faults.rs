@@ -144,13 +144,7 @@ async fn wait_all_done(client: &reqwest::Client, base: &str, ids: &[String]) -> 
     }
     let mut records = Vec::new();
     for id in ids {
-        let response = client
-            .get(format!("{base}/v1/tasks/{id}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "task {id} lost");
-        records.push(response.json().await.unwrap());
+        records.push(task_record(client, base, id).await);
     }
     records
 }
@@ -357,14 +351,7 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
             break (data["task_id"].as_str().unwrap().to_owned(), data);
         }
     };
-    let record: Value = client
-        .get(format!("{}/v1/tasks/{task}", served.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = task_record(&client, &served.base, &task).await;
     assert_ne!(
         record["status"], "completed",
         "a task completed while the database was write-locked: {record}"
