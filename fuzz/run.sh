@@ -11,8 +11,8 @@
 #   FUZZ_TZ          time zone for the cron target (default Europe/Berlin, which has DST)
 #
 # cargo-fuzz needs `-Z` flags; on the stable toolchain RUSTC_BOOTSTRAP=1 enables them. When
-# cargo-fuzz is missing and cannot be installed, the script prints SKIP and exits 0, so CI on such
-# a machine does not fail for it. See docs/fuzzing.md.
+# cargo-fuzz is missing and cannot be installed, the script prints SKIP and exits 0 — except under
+# CI=true, where it fails. See docs/fuzzing.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,6 +29,10 @@ export TZ="${FUZZ_TZ:-Europe/Berlin}"
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "cargo-fuzz not found; installing it (cargo install --locked cargo-fuzz)"
   if ! cargo install --locked cargo-fuzz >/dev/null 2>&1; then
+    if [ "${CI:-}" = true ]; then
+      echo "CI=true and cargo-fuzz could not be installed (cargo install --locked cargo-fuzz)" >&2
+      exit 1
+    fi
     echo "SKIP fuzz: cargo-fuzz is not installed and could not be installed"
     exit 0
   fi

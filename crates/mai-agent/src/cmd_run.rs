@@ -2,15 +2,19 @@
 //! the bot's messages on stdout, and questions answered at the terminal.
 
 use std::io::{BufRead, Write};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use mai_core::host::{ChatTarget, Host};
-use mai_core::ids::PersonId;
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::Role;
-use mai_core::task::{TaskLevel, TaskRecord, TaskStatus};
+use mai_core::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
+use mai_engine::engine::Engine;
 use mai_engine::events::TaskEvent;
 use mai_engine::manager::{Caller, CreateTask, Door};
+use mai_host::EmbeddedHost;
 use serde_json::json;
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::App;
@@ -51,83 +55,134 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
         door: Door::Local,
         ..Caller::person(person.clone(), args.role, stream.clone(), None)
     };
+    let terminal = Terminal {
+        engine: &engine,
+        host: &host,
+        caller: &caller,
+        person: &person,
+        stream: &stream,
+        args: &args,
+    };
     let mut events = engine.subscribe();
     engine.start().await?;
-    let task = match &args.what {
-        RunWhat::Intent(intent) => {
-            let task = engine
-                .create(&caller, CreateTask::agent(intent.clone()))
-                .await
-                .context("could not create the task")?;
-            let (short, role) = (task.id.short(), args.role);
-            eprintln!("task {short} \"{}\" created ({role} role)", task.title);
-            task
-        }
-        RunWhat::Resume(reference) => {
-            let task = engine.resolve(&caller, reference).await?;
-            eprintln!(
-                "task {} \"{}\" is {}",
-                task.id.short(),
-                task.title,
-                task.status
-            );
-            task
-        }
-    };
+    let task = terminal.create_or_resume().await?;
     // A task that ended before we started watching (e.g. resumed after it finished).
-    if engine.get(&caller, task.id).await?.status.is_terminal() {
-        engine.stop().await;
-        return finish(&args, &engine.get(&caller, task.id).await?);
-    }
-    let mut watched = vec![task.id];
-    let mut outcome: Option<TaskStatus> = None;
-    let mut reply_done = false;
-    while outcome.is_none() || !reply_done {
-        let event = match events.recv().await {
-            Ok(event) => event,
-            Err(RecvError::Lagged(missed)) => {
-                eprintln!("  (progress display skipped {missed} events)");
-                continue;
-            }
-            Err(RecvError::Closed) => bail!("the engine stopped unexpectedly"),
-        };
-        if !watched.contains(&event.task_id()) {
-            continue;
-        }
-        show(&event, event.task_id() != task.id);
-        match event {
-            TaskEvent::Question { task_id, .. } if task_id == task.id => {
-                let answer = ask_terminal().await?;
-                crate::console::ingest_line(&host, &args.stream, &answer).await?;
-                engine.handle_user_reply(&person, &stream, &answer).await?;
-            }
-            TaskEvent::Status {
-                task_id, status, ..
-            } if task_id == task.id && status.is_terminal() => {
-                let record = engine.get(&caller, task.id).await?;
-                // Completed and failed agent tasks post a reply (or a notice); wait for it. It may
-                // have been delivered already, before this event was read.
-                let reply = mai_engine::runner::reply_task_id(&record);
-                let posts_reply = record.level == TaskLevel::Agent
-                    && matches!(status, TaskStatus::Completed | TaskStatus::Failed);
-                reply_done = !posts_reply
-                    || engine
-                        .get(&caller, reply)
-                        .await
-                        .is_ok_and(|r| r.status.is_terminal());
-                watched.push(reply);
-                outcome = Some(status);
-            }
-            TaskEvent::Status {
-                task_id, status, ..
-            } if task_id != task.id && status.is_terminal() => {
-                reply_done = true;
-            }
-            _ => {}
-        }
+    if !engine.get(&caller, task.id).await?.status.is_terminal() {
+        terminal.follow(&task, &mut events).await?;
     }
     engine.stop().await;
     finish(&args, &engine.get(&caller, task.id).await?)
+}
+
+/// The task's side of the terminal: who acts, in which chat, with which engine.
+struct Terminal<'a> {
+    engine: &'a Arc<Engine>,
+    host: &'a Arc<EmbeddedHost>,
+    caller: &'a Caller,
+    person: &'a PersonId,
+    stream: &'a StreamId,
+    args: &'a RunArgs,
+}
+
+impl Terminal<'_> {
+    /// Creates the task of `args`, or finds the one to resume; says which.
+    async fn create_or_resume(&self) -> Result<TaskRecord> {
+        match &self.args.what {
+            RunWhat::Intent(intent) => {
+                let task = self
+                    .engine
+                    .create(self.caller, CreateTask::agent(intent.clone()))
+                    .await
+                    .context("could not create the task")?;
+                let (short, role) = (task.id.short(), self.args.role);
+                eprintln!("task {short} \"{}\" created ({role} role)", task.title);
+                Ok(task)
+            }
+            RunWhat::Resume(reference) => {
+                let task = self.engine.resolve(self.caller, reference).await?;
+                eprintln!(
+                    "task {} \"{}\" is {}",
+                    task.id.short(),
+                    task.title,
+                    task.status
+                );
+                Ok(task)
+            }
+        }
+    }
+
+    /// Shows the task's progress (and its reply's) and answers its questions at the terminal,
+    /// until it has ended and its reply, if it posts one, has ended too.
+    async fn follow(
+        &self,
+        task: &TaskRecord,
+        events: &mut broadcast::Receiver<TaskEvent>,
+    ) -> Result<()> {
+        let mut watched = vec![task.id];
+        let mut outcome: Option<TaskStatus> = None;
+        let mut reply_done = false;
+        while outcome.is_none() || !reply_done {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(RecvError::Lagged(missed)) => {
+                    eprintln!("  (progress display skipped {missed} events)");
+                    continue;
+                }
+                Err(RecvError::Closed) => bail!("the engine stopped unexpectedly"),
+            };
+            if !watched.contains(&event.task_id()) {
+                continue;
+            }
+            show(&event, event.task_id() != task.id);
+            match event {
+                TaskEvent::Question { task_id, .. } if task_id == task.id => {
+                    self.answer_question().await?;
+                }
+                TaskEvent::Status {
+                    task_id, status, ..
+                } if task_id == task.id && status.is_terminal() => {
+                    let (reply, done) = self.reply_of(task, status).await?;
+                    reply_done = done;
+                    watched.push(reply);
+                    outcome = Some(status);
+                }
+                TaskEvent::Status {
+                    task_id, status, ..
+                } if task_id != task.id && status.is_terminal() => {
+                    reply_done = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads an answer at the terminal and hands it to the task as the person's chat reply.
+    async fn answer_question(&self) -> Result<()> {
+        let answer = ask_terminal().await?;
+        crate::console::ingest_line(self.host, &self.args.stream, &answer).await?;
+        self.engine
+            .handle_user_reply(self.person, self.stream, &answer)
+            .await?;
+        Ok(())
+    }
+
+    /// The reply task of `task`, which ended in `status`, and whether there is nothing (more)
+    /// to wait for: completed and failed agent tasks post a reply (or a notice), which may have
+    /// been delivered already, before the end was read.
+    async fn reply_of(&self, task: &TaskRecord, status: TaskStatus) -> Result<(TaskId, bool)> {
+        let record = self.engine.get(self.caller, task.id).await?;
+        let reply = mai_engine::runner::reply_task_id(&record);
+        let posts_reply = record.level == TaskLevel::Agent
+            && matches!(status, TaskStatus::Completed | TaskStatus::Failed);
+        let done = !posts_reply
+            || self
+                .engine
+                .get(self.caller, reply)
+                .await
+                .is_ok_and(|r| r.status.is_terminal());
+        Ok((reply, done))
+    }
 }
 
 /// Stops the MCP servers when dropped.

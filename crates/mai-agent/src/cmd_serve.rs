@@ -12,12 +12,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::capabilities::McpProxy;
-use mai_host::{IncomingMessage, OneBotChannel};
+use mai_host::{IncomingMessage, OneBotChannel, OneBotHandle};
+use mai_mcp::McpManager;
 use mai_server::ServerState;
 use mai_server::http::HttpOptions;
 use mai_server::metrics::Metrics;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,7 +38,53 @@ pub struct ServeArgs {
 /// Runs until SIGINT/SIGTERM; returns after a graceful stop.
 pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let config = settings.config.clone();
-    let listen = match args.listen {
+    // Bind before anything starts, so a taken port fails fast and changes nothing.
+    let (listener, local) = bind(&config, args.listen).await?;
+    let (state, mcp) = start_services(&settings).await?;
+    let channels = Channels::start(&state, &config);
+    let _reloader = match &settings.config_path {
+        Some(path) => Some(crate::reload::watch(
+            path,
+            state.engine.clone(),
+            mcp.clone(),
+        )?),
+        None => None,
+    };
+    // Cancelling `stop` also ends open MCP and `/v1/events` streams, which would otherwise
+    // hold the graceful HTTP shutdown open forever.
+    let stop = CancellationToken::new();
+    let http = start_http(&state, &config, listener, stop.clone());
+    announce(
+        &settings.data_dir,
+        settings.config_path.as_ref(),
+        local,
+        &config,
+    );
+
+    wait_for_signal().await?;
+    eprintln!("stopping: pausing running tasks (they resume on the next start)…");
+    stop.cancel();
+    channels.stop().await;
+    state.engine.stop().await;
+    if let Some(mcp) = &mcp {
+        mcp.shutdown();
+    }
+    match http.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!("HTTP server ended with an error: {error}"),
+        Err(error) => tracing::warn!("HTTP server task failed: {error}"),
+    }
+    eprintln!("stopped");
+    Ok(())
+}
+
+/// Binds the listen address (`--listen`, else `[server].listen`); returns the listener and the
+/// address it got (port 0 becomes a real port).
+async fn bind(
+    config: &mai_core::config::Config,
+    listen: Option<SocketAddr>,
+) -> Result<(TcpListener, SocketAddr)> {
+    let listen = match listen {
         Some(listen) => listen,
         None => config.server.listen.parse().with_context(|| {
             format!(
@@ -45,7 +93,6 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
             )
         })?,
     };
-    // Bind before anything starts, so a taken port fails fast and changes nothing.
     let listener = TcpListener::bind(listen).await.with_context(|| {
         format!(
             "cannot listen on {listen}: is another mai-agent running? choose another with --listen"
@@ -54,63 +101,111 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let local = listener
         .local_addr()
         .context("cannot read the listen address")?;
+    Ok((listener, local))
+}
 
+/// Opens the store and the host, starts the engine and builds the planner tools: the state
+/// every front end serves from, and the MCP client manager (for reloads and the stop).
+async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpManager>)> {
     let metrics = Metrics::new();
     let App {
         engine,
         host,
         bridge,
         mcp,
-    } = app::build_for_serve(&settings, ModelChoice::Configured, &metrics).await?;
+    } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
     engine.start().await.context("could not start the engine")?;
     let proxy = mcp.clone().map(|m| Arc::new(m) as Arc<dyn McpProxy>);
     let planner = mai_engine::planner::planner_registry(&engine, proxy)
         .context("could not build the planner tools")?;
     let state = ServerState {
-        engine: engine.clone(),
-        host: host.clone(),
+        engine,
+        host,
         bridge,
         planner: Arc::new(planner),
         metrics,
     };
+    Ok((state, mcp))
+}
 
-    // Chat channels → the inbound pipeline.
-    let (inbound, mut received) = mpsc::channel::<IncomingMessage>(INBOUND_QUEUE);
-    let deliveries = TaskTracker::new();
-    let pipeline = {
-        let (state, deliveries) = (state.clone(), deliveries.clone());
-        tokio::spawn(async move {
-            while let Some(message) = received.recv().await {
-                let state = state.clone();
-                // One message's slow command (a title from the model) must not hold up others.
-                deliveries.spawn(async move {
-                    if let Err(error) = mai_server::inbound::deliver(&state, message).await {
-                        tracing::warn!("incoming message not handled: {error}");
-                    }
-                });
-            }
+/// The chat channels and the inbound pipeline they feed.
+struct Channels {
+    pipeline: JoinHandle<()>,
+    /// One task per message being handled.
+    deliveries: TaskTracker,
+    onebot: Option<OneBotHandle>,
+    console: Option<JoinHandle<()>>,
+}
+
+impl Channels {
+    /// Starts the configured channels (OneBot, console), each handing its messages to one
+    /// pipeline that handles every message in its own task.
+    fn start(state: &ServerState, config: &mai_core::config::Config) -> Channels {
+        let (inbound, mut received) = mpsc::channel::<IncomingMessage>(INBOUND_QUEUE);
+        let deliveries = TaskTracker::new();
+        let pipeline = {
+            let (state, deliveries) = (state.clone(), deliveries.clone());
+            tokio::spawn(async move {
+                while let Some(message) = received.recv().await {
+                    let state = state.clone();
+                    // One message's slow command (a title from the model) must not hold up
+                    // others.
+                    deliveries.spawn(async move {
+                        if let Err(error) = mai_server::inbound::deliver(&state, message).await {
+                            tracing::warn!("incoming message not handled: {error}");
+                        }
+                    });
+                }
+            })
+        };
+        let onebot = config.channels.onebot.enabled.then(|| {
+            OneBotChannel::start(
+                config.channels.onebot.clone(),
+                state.host.clone(),
+                inbound.clone(),
+            )
+        });
+        let console = config.channels.console.enabled.then(|| {
+            crate::console::spawn_reader(config.channels.console.user_id.clone(), inbound.clone())
+        });
+        Channels {
+            pipeline,
+            deliveries,
+            onebot,
+            console,
+        }
+    }
+
+    /// Stops the channels, then handles the messages already received, so an answer that
+    /// arrived is stored and reaches its task before tasks pause (bounded: a stuck delivery
+    /// does not hold the stop forever).
+    async fn stop(self) {
+        if let Some(console) = self.console {
+            console.abort();
+        }
+        if let Some(onebot) = self.onebot {
+            onebot.shutdown().await;
+        }
+        let (pipeline, deliveries) = (self.pipeline, self.deliveries);
+        let drained = tokio::time::timeout(DRAIN, async {
+            let _ = pipeline.await;
+            deliveries.close();
+            deliveries.wait().await;
         })
-    };
-    let onebot = config.channels.onebot.enabled.then(|| {
-        OneBotChannel::start(
-            config.channels.onebot.clone(),
-            host.clone(),
-            inbound.clone(),
-        )
-    });
-    let console = config.channels.console.enabled.then(|| {
-        crate::console::spawn_reader(config.channels.console.user_id.clone(), inbound.clone())
-    });
-    drop(inbound);
+        .await;
+        if drained.is_err() {
+            tracing::warn!("some received messages were still being handled at stop");
+        }
+    }
+}
 
-    let _reloader = match &settings.config_path {
-        Some(path) => Some(crate::reload::watch(path, engine.clone(), mcp.clone())?),
-        None => None,
-    };
-
-    // Cancelling `stop` also ends open MCP and `/v1/events` streams, which would otherwise
-    // hold the graceful HTTP shutdown open forever.
-    let stop = CancellationToken::new();
+/// Serves the HTTP API (and the MCP server at `/mcp` when enabled) on `listener` until `stop`.
+fn start_http(
+    state: &ServerState,
+    config: &mai_core::config::Config,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
     let mcp_router = config
         .server
         .mcp_enabled
@@ -123,52 +218,11 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
             shutdown: stop.clone(),
         },
     );
-    let http = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            axum::serve(mai_server::http::listener(listener), router)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-        })
-    };
-    announce(
-        &settings.data_dir,
-        settings.config_path.as_ref(),
-        local,
-        &config,
-    );
-
-    wait_for_signal().await?;
-    eprintln!("stopping: pausing running tasks (they resume on the next start)…");
-    stop.cancel();
-    if let Some(console) = console {
-        console.abort();
-    }
-    if let Some(onebot) = onebot {
-        onebot.shutdown().await;
-    }
-    // Messages already received are handled before tasks pause, so an answer that arrived is
-    // stored and reaches its task (bounded: a stuck delivery does not hold the stop forever).
-    let drained = tokio::time::timeout(DRAIN, async {
-        let _ = pipeline.await;
-        deliveries.close();
-        deliveries.wait().await;
+    tokio::spawn(async move {
+        axum::serve(mai_server::http::listener(listener), router)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
     })
-    .await;
-    if drained.is_err() {
-        tracing::warn!("some received messages were still being handled at stop");
-    }
-    engine.stop().await;
-    if let Some(mcp) = &mcp {
-        mcp.shutdown();
-    }
-    match http.await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!("HTTP server ended with an error: {error}"),
-        Err(error) => tracing::warn!("HTTP server task failed: {error}"),
-    }
-    eprintln!("stopped");
-    Ok(())
 }
 
 /// The start-up banner: where it listens, where data lives, how to stop it.

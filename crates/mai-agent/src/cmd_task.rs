@@ -5,8 +5,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::Role;
-use mai_core::store::TaskFilter;
-use mai_core::task::{TaskRecord, TaskStatus};
+use mai_core::store::{HistoryEntry, TaskFilter};
+use mai_core::task::{StatusChange, TaskRecord, TaskStatus};
 use mai_engine::engine::Engine;
 use mai_engine::manager::{Caller, Door};
 
@@ -57,18 +57,8 @@ pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Re
             let tasks = engine.list(&caller, filter).await?;
             if as_json {
                 println!("{}", serde_json::to_string(&tasks)?);
-            } else if tasks.is_empty() {
-                println!("no tasks");
             } else {
-                for task in &tasks {
-                    println!(
-                        "{}  {:13}  {:7}  {}",
-                        task.id.short(),
-                        task.status.as_str(),
-                        level(task),
-                        task.title
-                    );
-                }
+                print_list(&tasks);
             }
         }
         TaskCommand::Status { task } => {
@@ -85,27 +75,7 @@ pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Re
                 println!("{}", serde_json::to_string(&history)?);
             } else {
                 print_task(&history.task);
-                println!("status log:");
-                for change in &history.status_log {
-                    println!(
-                        "  {}  {:13}  {}: {}",
-                        change.at.format("%F %T"),
-                        change.status.as_str(),
-                        change.actor,
-                        change.reason
-                    );
-                }
-                println!("agent history ({} entries):", history.entries.len());
-                for entry in &history.entries {
-                    let text = entry.payload.to_string();
-                    let short: String = text.chars().take(160).collect();
-                    println!(
-                        "  #{:<3} round {:<2} {:9} {short}",
-                        entry.seq,
-                        entry.round,
-                        entry.kind.as_str()
-                    );
-                }
+                print_timeline(&history.status_log, &history.entries);
             }
         }
         TaskCommand::Cancel { task } => {
@@ -125,6 +95,47 @@ pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Re
         }
     }
     Ok(())
+}
+
+/// One line per task: id prefix, status, level, title.
+fn print_list(tasks: &[TaskRecord]) {
+    if tasks.is_empty() {
+        println!("no tasks");
+    }
+    for task in tasks {
+        println!(
+            "{}  {:13}  {:7}  {}",
+            task.id.short(),
+            task.status.as_str(),
+            level(task),
+            task.title
+        );
+    }
+}
+
+/// A task's status log, then its agent history (each entry cut to 160 characters).
+fn print_timeline(status_log: &[StatusChange], entries: &[HistoryEntry]) {
+    println!("status log:");
+    for change in status_log {
+        println!(
+            "  {}  {:13}  {}: {}",
+            change.at.format("%F %T"),
+            change.status.as_str(),
+            change.actor,
+            change.reason
+        );
+    }
+    println!("agent history ({} entries):", entries.len());
+    for entry in entries {
+        let text = entry.payload.to_string();
+        let short: String = text.chars().take(160).collect();
+        println!(
+            "  #{:<3} round {:<2} {:9} {short}",
+            entry.seq,
+            entry.round,
+            entry.kind.as_str()
+        );
+    }
 }
 
 fn level(task: &TaskRecord) -> &'static str {

@@ -152,12 +152,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         command: ConfigCommand::Check { file },
     } = &cli.command
     {
-        let Some(path) = file.as_ref().or(cli.config.as_ref()) else {
-            anyhow::bail!("give a file to check: mai-agent config check FILE");
-        };
-        settings::load_file(path)?;
-        println!("{}: ok", path.display());
-        return Ok(ExitCode::SUCCESS);
+        return check_config(file.as_ref().or(cli.config.as_ref()));
     }
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
     match cli.command {
@@ -165,27 +160,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cmd_serve::serve(settings, cmd_serve::ServeArgs { listen }).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tools { role, json } => {
-            let app = app::build(&settings, ModelChoice::Configured).await?;
-            cmd_tools::print(&app.engine, role, json)?;
-            if let Some(mcp) = &app.mcp {
-                for server in mcp.status() {
-                    let error = server.last_error.as_deref().unwrap_or("");
-                    eprintln!(
-                        "(MCP server {}: {:?}, {} tools) {error}",
-                        server.name, server.state, server.tool_count
-                    );
-                }
-                mcp.shutdown();
-            }
-            if !json {
-                match &settings.config_path {
-                    Some(path) => eprintln!("(config: {})", path.display()),
-                    None => eprintln!("(config: built-in defaults; see docs/configuration.md)"),
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Tools { role, json } => tools(&settings, role, json).await,
         Command::Run {
             intent,
             resume,
@@ -199,28 +174,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 (Some(intent), None) => cmd_run::RunWhat::Intent(intent),
                 (None, None) => anyhow::bail!("give an intent or --resume TASK"),
             };
-            let mut settings = settings;
-            grant_console_role(&mut settings, role);
-            let model = match &replay {
-                Some(path) => ModelChoice::Replay(path),
-                None => ModelChoice::Configured,
+            let args = cmd_run::RunArgs {
+                what,
+                role,
+                stream,
+                json,
             };
-            let app = app::build(&settings, model).await?;
-            let completed = cmd_run::run(
-                app,
-                cmd_run::RunArgs {
-                    what,
-                    role,
-                    stream,
-                    json,
-                },
-            )
-            .await?;
-            Ok(if completed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            run_foreground(settings, args, replay.as_deref()).await
         }
         Command::Task { command, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
@@ -233,6 +193,60 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `mai-agent config check [FILE]`: loads the file the way `serve` would and says it is fine.
+fn check_config(path: Option<&PathBuf>) -> Result<ExitCode> {
+    let Some(path) = path else {
+        anyhow::bail!("give a file to check: mai-agent config check FILE");
+    };
+    settings::load_file(path)?;
+    println!("{}: ok", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mai-agent tools`: the tool list, then how each MCP server fared and which config was read.
+async fn tools(settings: &Settings, role: Option<Role>, json: bool) -> Result<ExitCode> {
+    let app = app::build(settings, ModelChoice::Configured).await?;
+    cmd_tools::print(&app.engine, role, json)?;
+    if let Some(mcp) = &app.mcp {
+        for server in mcp.status() {
+            let error = server.last_error.as_deref().unwrap_or("");
+            eprintln!(
+                "(MCP server {}: {:?}, {} tools) {error}",
+                server.name, server.state, server.tool_count
+            );
+        }
+        mcp.shutdown();
+    }
+    if !json {
+        match &settings.config_path {
+            Some(path) => eprintln!("(config: {})", path.display()),
+            None => eprintln!("(config: built-in defaults; see docs/configuration.md)"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mai-agent run`: one task in the foreground, the person at the terminal holding `args.role`;
+/// exit code 1 when the task did not complete.
+async fn run_foreground(
+    mut settings: Settings,
+    args: cmd_run::RunArgs,
+    replay: Option<&std::path::Path>,
+) -> Result<ExitCode> {
+    grant_console_role(&mut settings, args.role);
+    let model = match replay {
+        Some(path) => ModelChoice::Replay(path),
+        None => ModelChoice::Configured,
+    };
+    let app = app::build(&settings, model).await?;
+    let completed = cmd_run::run(app, args).await?;
+    Ok(if completed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `run --role R` gives the person at the terminal role R through the normal permission rules,

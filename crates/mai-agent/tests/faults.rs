@@ -3,9 +3,10 @@
 //! - a model that fails ~30% of its calls (HTTP 500, 429 with `Retry-After: 1`, an answer slower
 //!   than `[llm] timeout_secs`): every task ends, completed or failed with the model's error as
 //!   its reason; none hangs;
-//! - the SQLite file write-locked by another connection (`BEGIN IMMEDIATE`, held ~1.5 s) while
-//!   tasks are created and while they run: every create answers 201, every task completes and
-//!   delivers once.
+//! - the SQLite file write-locked by another connection (`BEGIN IMMEDIATE`) while tasks are
+//!   created and while they run, held until the server is seen at the lock (every create past
+//!   its title call; a running task past its tool, at its checkpoint) and asserted to have
+//!   held them: every create answers 201, every task completes and delivers once.
 //!
 //! Channel send failures (retries per `[send] max_retries`, then an honest failure) are tested in
 //! `crates/mai-engine/tests/engine.rs`; an MCP stdio server killed mid-call in
@@ -17,8 +18,8 @@ mod common;
 #[path = "../../../testing/sse.rs"]
 mod sse;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -98,9 +99,16 @@ fn serve(data: &std::path::Path, model: &MockServer, config: &str) -> Served {
 }
 
 async fn create(client: &reqwest::Client, base: &str, intent: &str) -> String {
+    create_with(client, base, json!({"intent": intent})).await
+}
+
+/// Creates a task in the console chat from `fields` (the intent and any other field of the API).
+async fn create_with(client: &reqwest::Client, base: &str, mut fields: Value) -> String {
+    fields["stream_id"] = json!("console:local");
+    fields["platform"] = json!("console");
     let response = client
         .post(format!("{base}/v1/tasks"))
-        .json(&json!({"intent": intent, "stream_id": "console:local", "platform": "console"}))
+        .json(&fields)
         .send()
         .await
         .unwrap();
@@ -136,13 +144,7 @@ async fn wait_all_done(client: &reqwest::Client, base: &str, ids: &[String]) -> 
     }
     let mut records = Vec::new();
     for id in ids {
-        let response = client
-            .get(format!("{base}/v1/tasks/{id}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "task {id} lost");
-        records.push(response.json().await.unwrap());
+        records.push(task_record(client, base, id).await);
     }
     records
 }
@@ -203,10 +205,75 @@ async fn a_model_failing_30_percent_of_calls_never_hangs_a_task() {
     assert!(completed > 0, "retries carried most tasks through");
 }
 
+/// Holds the fake model's answers until the test opens it (the fake model answers on one
+/// thread, so one held answer holds every model call behind it). Bounded: a test that fails
+/// before opening it does not leave the model hanging.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let open = self.open.lock().unwrap();
+        let (open, _) = self
+            .opened
+            .wait_timeout_while(open, Duration::from_secs(60), |open| !*open)
+            .unwrap();
+        assert!(*open, "the test never opened the gate");
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+/// How many title calls the fake model has answered; the test waits on it.
+struct Titles(tokio::sync::watch::Sender<usize>);
+
+impl Titles {
+    /// Waits (bounded) until `n` title calls have arrived.
+    async fn wait_for(&self, n: usize) {
+        let mut seen = self.0.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), seen.wait_for(|c| *c >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{} of {n} title calls arrived", *self.0.borrow()))
+            .unwrap();
+    }
+}
+
+struct TitleModel(Arc<Titles>);
+
+impl Respond for TitleModel {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        self.0.0.send_modify(|n| *n += 1);
+        completion(&body, answer("Locked title"))
+    }
+}
+
+/// Answers `model`'s title calls ahead of its other rules, counting them.
+async fn count_titles(model: &MockServer) -> Arc<Titles> {
+    let titles = Arc::new(Titles(tokio::sync::watch::Sender::new(0)));
+    Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::body_partial_json(
+            json!({"model": "title-model"}),
+        ))
+        .respond_with(TitleModel(titles.clone()))
+        .with_priority(1)
+        .mount(model)
+        .await;
+    titles
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing() {
     use sqlx::Connection;
-    let (model, calls) = fake_model(|results, body| {
+    let gate = Arc::new(Gate::default());
+    let held = gate.clone();
+    let (model, calls) = fake_model(move |results, body| {
         let key = body["messages"]
             .as_array()
             .unwrap()
@@ -216,6 +283,9 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap()
             .to_owned();
+        if key.starts_with('b') {
+            held.wait();
+        }
         if results == 0 {
             tool_call(&format!("{key}-0"), "list_my_tasks", json!({}))
         } else {
@@ -223,6 +293,7 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
         }
     })
     .await;
+    let titles = count_titles(&model).await;
     let data = tempfile::tempdir().unwrap();
     let mut served = serve(data.path(), &model, "[task]\nmax_concurrent_tasks = 8\n");
     let client = reqwest::Client::new();
@@ -241,25 +312,50 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
             tokio::spawn(async move { create(&client, &base, &format!("locked-task a{i}")).await })
         })
         .collect();
-    // The lock is the fault: it is held for a while whatever the server does.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The fault is exercised once every create is past its title call: what is left of a
+    // creation is its count and its insert, and the insert needs the lock.
+    titles.wait_for(10).await;
+    assert!(
+        creates.iter().all(|create| !create.is_finished()),
+        "a create answered while the database was write-locked"
+    );
     sqlx::query("COMMIT").execute(&mut other).await.unwrap();
     let mut ids = Vec::new();
     for create in creates {
         ids.push(create.await.unwrap());
     }
 
-    // Locked again while the next tasks run: wait until they call the model, then lock.
+    // Locked again while a task runs: its first model call is held until the lock is taken.
+    // (Given titles, these creates make no model call that the held one would block.)
     let before = calls.count();
     for i in 0..10 {
-        ids.push(create(&client, &served.base, &format!("locked-task b{i}")).await);
+        let intent = format!("locked-task b{i}");
+        let fields = json!({"intent": intent, "title": format!("b{i}")});
+        ids.push(create_with(&client, &served.base, fields).await);
     }
     calls.wait_past(before).await;
     sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut other)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut events = SseReader::new(events(&client, &served.base).await);
+    gate.open();
+    // The fault is exercised once the released task is past its tool: what follows a tool
+    // result is the checkpoint that records it, which needs the lock.
+    let (task, _) = loop {
+        let (name, data) = tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("no tool result while the database was write-locked")
+            .expect("the event stream ended");
+        if name == "tool_result" {
+            break (data["task_id"].as_str().unwrap().to_owned(), data);
+        }
+    };
+    let record = task_record(&client, &served.base, &task).await;
+    assert_ne!(
+        record["status"], "completed",
+        "a task completed while the database was write-locked: {record}"
+    );
     sqlx::query("COMMIT").execute(&mut other).await.unwrap();
 
     let records = wait_all_done(&client, &served.base, &ids).await;

@@ -15,6 +15,8 @@
 mod common;
 #[path = "common/maibot.rs"]
 mod maibot_harness;
+#[path = "../../../testing/peers.rs"]
+mod shared_peers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;

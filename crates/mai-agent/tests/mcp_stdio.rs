@@ -1,8 +1,8 @@
 //! `mai-agent mcp` (the real binary) under the official Python MCP client
-//! (`shared/peers/mcp_probe.py`, installed by `shared/peers/setup.sh`): the handshake in both the
-//! `server/discover` and the legacy `initialize` mode, the 11 planner tools, tool calls, and a
-//! stdout that carries nothing but the protocol. Every test prints a SKIP line and returns when
-//! the Python peer cannot be installed.
+//! (`testing/peers/mcp_probe.py`, installed by `testing/peers/setup.sh`): the handshake in both
+//! the `server/discover` and the legacy `initialize` mode, the 11 planner tools, tool calls, and a
+//! stdout that carries nothing but the protocol. When the Python peer cannot be installed, every
+//! test fails under `CI=true` and elsewhere prints a SKIP line and returns.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

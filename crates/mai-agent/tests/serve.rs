@@ -173,14 +173,7 @@ async fn sigterm_pauses_a_running_task_and_the_next_start_finishes_it() {
     served.wait_line("the answer in the console chat", |l| {
         l.contains("mai> finished after the restart")
     });
-    let task: serde_json::Value = client
-        .get(format!("{}/v1/tasks/{id}", served.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let task = task_record(&client, &served.base, &id).await;
     assert_eq!(task["status"], "completed", "{task}");
     assert!(served.terminate().success());
 }

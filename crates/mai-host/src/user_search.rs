@@ -80,12 +80,14 @@ type StreamCandidateRow = (
 );
 type AccountRow = (String, String, String, i64, i64, String);
 
+const ACTION: &str = "search users";
+
+/// The targets matching `query`, best first, at most `limit`.
 pub(crate) async fn find_targets(
     conn: &mut SqliteConnection,
     query: &UserQuery,
     limit: usize,
 ) -> Result<Vec<FoundTarget>, HostError> {
-    const ACTION: &str = "search users";
     let (groups, privates) = kinds(query.chat_type.as_deref())?;
     let platform = query
         .platform
@@ -106,7 +108,19 @@ pub(crate) async fn find_targets(
     if !keywords.is_empty() && normalized.is_empty() {
         return Ok(Vec::new());
     }
+    let aliases_of = aliases_by_person(conn).await?;
+    let mut candidates = stream_candidates(conn, platform, (groups, privates), &aliases_of).await?;
+    // People known from groups only: found too, so they can be messaged privately.
+    if privates && !keywords.is_empty() {
+        candidates.extend(account_candidates(conn, platform, &aliases_of).await?);
+    }
+    Ok(rank(candidates, &normalized, limit))
+}
 
+/// Every person's aliases, in alphabetical order.
+async fn aliases_by_person(
+    conn: &mut SqliteConnection,
+) -> Result<HashMap<i64, Vec<String>>, HostError> {
     let aliases: Vec<(i64, String)> =
         sqlx::query_as("SELECT person_id, alias FROM host_person_aliases ORDER BY alias")
             .fetch_all(&mut *conn)
@@ -116,7 +130,18 @@ pub(crate) async fn find_targets(
     for (person_id, alias) in aliases {
         aliases_of.entry(person_id).or_default().push(alias);
     }
+    Ok(aliases_of)
+}
 
+/// The streams of the admitted kinds (`(groups, private chats)`) on `platform` (any when
+/// `None`), each findable by its name, its person's name and aliases (a private chat), its
+/// target id and its stream id.
+async fn stream_candidates(
+    conn: &mut SqliteConnection,
+    platform: Option<&str>,
+    (groups, privates): (bool, bool),
+    aliases_of: &HashMap<i64, Vec<String>>,
+) -> Result<Vec<Candidate>, HostError> {
     let streams: Vec<StreamCandidateRow> = sqlx::query_as(
         "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name, s.last_active, \
                 p.person_id, p.name \
@@ -155,42 +180,54 @@ pub(crate) async fn find_targets(
             names,
         });
     }
+    Ok(candidates)
+}
 
-    // People known from groups only: found too, so they can be messaged privately.
-    if privates && !keywords.is_empty() {
-        let accounts: Vec<AccountRow> = sqlx::query_as(
-            "SELECT a.platform, a.user_id, a.display_name, a.last_seen, p.person_id, p.name \
-             FROM host_accounts a JOIN host_persons p ON p.person_id = a.person_id \
-             WHERE (?1 IS NULL OR a.platform = ?1) \
-               AND NOT EXISTS (SELECT 1 FROM host_streams s WHERE s.platform = a.platform \
-                               AND s.kind = 'private' AND s.target_id = a.user_id)",
-        )
-        .bind(platform)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
-        for (account_platform, user_id, display_name, last_seen, person_id, person) in accounts {
-            let mut names = vec![person, display_name.clone()];
-            names.extend(aliases_of.get(&person_id).into_iter().flatten().cloned());
-            names.push(user_id.clone());
-            candidates.push(Candidate {
-                found: Found::Account {
-                    platform: account_platform,
-                    user_id,
-                    display_name,
-                },
-                last_active: last_seen,
-                names,
-            });
-        }
+/// The accounts on `platform` (any when `None`) that have no private stream yet, each findable
+/// by its person's name, its display name, its person's aliases and its user id.
+async fn account_candidates(
+    conn: &mut SqliteConnection,
+    platform: Option<&str>,
+    aliases_of: &HashMap<i64, Vec<String>>,
+) -> Result<Vec<Candidate>, HostError> {
+    let accounts: Vec<AccountRow> = sqlx::query_as(
+        "SELECT a.platform, a.user_id, a.display_name, a.last_seen, p.person_id, p.name \
+         FROM host_accounts a JOIN host_persons p ON p.person_id = a.person_id \
+         WHERE (?1 IS NULL OR a.platform = ?1) \
+           AND NOT EXISTS (SELECT 1 FROM host_streams s WHERE s.platform = a.platform \
+                           AND s.kind = 'private' AND s.target_id = a.user_id)",
+    )
+    .bind(platform)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db(ACTION))?;
+    let mut candidates = Vec::with_capacity(accounts.len());
+    for (account_platform, user_id, display_name, last_seen, person_id, person) in accounts {
+        let mut names = vec![person, display_name.clone()];
+        names.extend(aliases_of.get(&person_id).into_iter().flatten().cloned());
+        names.push(user_id.clone());
+        candidates.push(Candidate {
+            found: Found::Account {
+                platform: account_platform,
+                user_id,
+                display_name,
+            },
+            last_active: last_seen,
+            names,
+        });
     }
+    Ok(candidates)
+}
 
+/// The candidates matching any of the `normalized` keywords (all of them when there are
+/// none), best match first, then most recently active first; at most `limit`.
+fn rank(candidates: Vec<Candidate>, normalized: &[String], limit: usize) -> Vec<FoundTarget> {
     let mut ranked: Vec<(u8, i64, FoundTarget)> = Vec::new();
     for candidate in candidates {
         let best = if normalized.is_empty() {
             candidate.names.first().map(|name| (0, name.clone()))
         } else {
-            best_match(&candidate.names, &normalized)
+            best_match(&candidate.names, normalized)
         };
         if let Some((score, matched)) = best {
             ranked.push((
@@ -204,11 +241,11 @@ pub(crate) async fn find_targets(
         }
     }
     ranked.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    Ok(ranked
+    ranked
         .into_iter()
         .take(limit)
         .map(|(_, _, target)| target)
-        .collect())
+        .collect()
 }
 
 /// The best `(score, name)` of a candidate: 0 exact, 1 prefix, 2 substring.

@@ -11,7 +11,7 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
+use eventsource_stream::{Event, Eventsource};
 use futures::{Sink, StreamExt};
 use reqwest::Url;
 use reqwest::header::{ACCEPT, HeaderMap};
@@ -39,46 +39,76 @@ pub(crate) async fn connect(
     headers: HeaderMap,
     wait: Duration,
 ) -> Result<(SseSink, SseStream), McpError> {
-    let failed = |what: String| McpError::Initialize(format!("legacy SSE {url}: {what}"));
     let base = Url::parse(url).map_err(|e| McpError::Config(format!("url `{url}`: {e}")))?;
     let client = reqwest::Client::builder()
         .connect_timeout(wait)
         .build()
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| failed(url, e))?;
     let response = client
         .get(base.clone())
         .headers(headers.clone())
         .header(ACCEPT, "text/event-stream")
         .send()
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| failed(url, e))?;
     if !response.status().is_success() {
-        return Err(failed(format!("GET answered HTTP {}", response.status())));
+        return Err(failed(
+            url,
+            format!("GET answered HTTP {}", response.status()),
+        ));
     }
     let mut events = response.bytes_stream().eventsource();
+    let endpoint = endpoint(&mut events, &base, wait).await?;
+    let received = forward_messages(events);
+    Ok((post_sink(client, endpoint, headers), received))
+}
+
+/// The error of connecting to `url`, saying `what` went wrong.
+fn failed(url: &str, what: impl std::fmt::Display) -> McpError {
+    McpError::Initialize(format!("legacy SSE {url}: {what}"))
+}
+
+/// Waits (up to `wait`) for the `endpoint` event and returns where to POST: resolved against
+/// `base`, and refused unless it has `base`'s origin.
+async fn endpoint<S, E>(events: &mut S, base: &Url, wait: Duration) -> Result<Url, McpError>
+where
+    S: futures::Stream<Item = Result<Event, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let url = base.as_str();
     let endpoint = tokio::time::timeout(wait, async {
         while let Some(event) = events.next().await {
-            let event = event.map_err(|e| failed(e.to_string()))?;
+            let event = event.map_err(|e| failed(url, e))?;
             if event.event == "endpoint" {
                 return Ok(event.data);
             }
         }
-        Err(failed(
-            "the stream ended before the `endpoint` event".into(),
-        ))
+        Err(failed(url, "the stream ended before the `endpoint` event"))
     })
     .await
-    .map_err(|_| failed(format!("no `endpoint` event within {wait:?}")))??;
+    .map_err(|_| failed(url, format!("no `endpoint` event within {wait:?}")))??;
     let endpoint = base
         .join(endpoint.trim())
-        .map_err(|e| failed(format!("bad endpoint `{endpoint}`: {e}")))?;
+        .map_err(|e| failed(url, format!("bad endpoint `{endpoint}`: {e}")))?;
     if endpoint.origin() != base.origin() {
-        return Err(failed(format!(
-            "the server asked to post to another origin ({endpoint}); refused so the configured \
-             headers are not sent there"
-        )));
+        return Err(failed(
+            url,
+            format!(
+                "the server asked to post to another origin ({endpoint}); refused so the \
+                 configured headers are not sent there"
+            ),
+        ));
     }
+    Ok(endpoint)
+}
 
+/// Hands each `message` event to rmcp, in order, until the server's stream ends (which ends
+/// the returned stream: rmcp sees the server gone).
+fn forward_messages<S, E>(mut events: S) -> SseStream
+where
+    S: futures::Stream<Item = Result<Event, E>> + Unpin + Send + 'static,
+    E: Send,
+{
     let (tx, rx) = mpsc::channel(RECEIVE_QUEUE);
     tokio::spawn(async move {
         while let Some(event) = events.next().await {
@@ -98,7 +128,11 @@ pub(crate) async fn connect(
         }
         // Dropping `tx` ends the stream: rmcp sees the server gone.
     });
+    ReceiverStream::new(rx)
+}
 
+/// Sends each message rmcp writes as one POST to `endpoint`, with the configured headers.
+fn post_sink(client: reqwest::Client, endpoint: Url, headers: HeaderMap) -> SseSink {
     let sink = futures::sink::unfold(
         (client, endpoint, headers),
         |(client, endpoint, headers), message: TxJsonRpcMessage<RoleClient>| async move {
@@ -118,5 +152,5 @@ pub(crate) async fn connect(
             Ok((client, endpoint, headers))
         },
     );
-    Ok((Box::pin(sink), ReceiverStream::new(rx)))
+    Box::pin(sink)
 }

@@ -20,76 +20,35 @@ pub fn shape_result(result: &Value, max_chars: usize) -> Value {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let mut budget = Budget::new(max_chars);
-    let mut texts = Vec::new();
-    let mut images = Vec::new();
-    let mut resources = Vec::new();
-    let mut links = Vec::new();
     let blocks = result
         .get("content")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
-    for block in blocks {
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-        match kind {
-            "text" => {
-                let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-                texts.push(budget.take(text));
-            }
-            "image" | "audio" => images.push(json!({
-                "type": kind,
-                "mime_type": block.get("mimeType").cloned().unwrap_or(Value::Null),
-                "base64_chars": block.get("data").and_then(Value::as_str).map_or(0, str::len),
-            })),
-            "resource_link" => links.push(pick(block, &["uri", "name", "title", "mimeType"])),
-            "resource" => {
-                let inner = block.get("resource").cloned().unwrap_or(Value::Null);
-                let mut shaped = pick(&inner, &["uri", "mimeType"]);
-                if let (Some(text), Some(obj)) = (
-                    inner.get("text").and_then(Value::as_str),
-                    shaped.as_object_mut(),
-                ) {
-                    obj.insert("text".into(), Value::String(budget.take(text)));
-                } else if let (Some(blob), Some(obj)) = (
-                    inner.get("blob").and_then(Value::as_str),
-                    shaped.as_object_mut(),
-                ) {
-                    obj.insert("base64_chars".into(), json!(blob.len()));
-                }
-                resources.push(shaped);
-            }
-            other => texts.push(format!("[unsupported content block of type `{other}`]")),
-        }
-    }
+    let content = Content::shape(blocks, &mut budget);
 
     let mut out = Map::new();
     out.insert("success".into(), Value::Bool(!is_error));
-    let text = texts.join("\n");
+    let text = content.texts.join("\n");
     // A failed call reads like every other tool failure: the message under "error".
     out.insert(
         if is_error { "error" } else { "text" }.into(),
         Value::String(text),
     );
-    if !images.is_empty() {
-        out.insert("images".into(), Value::Array(images));
-    }
-    if !resources.is_empty() {
-        out.insert("resources".into(), Value::Array(resources));
-    }
-    if !links.is_empty() {
-        out.insert("resource_links".into(), Value::Array(links));
+    for (key, list) in [
+        ("images", content.images),
+        ("resources", content.resources),
+        ("resource_links", content.links),
+    ] {
+        if !list.is_empty() {
+            out.insert(key.into(), Value::Array(list));
+        }
     }
     if let Some(structured) = result.get("structuredContent") {
-        let rendered = structured.to_string();
-        if rendered.chars().count() <= budget.remaining {
-            budget.remaining -= rendered.chars().count();
-            out.insert("structured_content".into(), structured.clone());
-        } else {
-            out.insert(
-                "structured_content".into(),
-                Value::String(budget.take(&rendered)),
-            );
-        }
+        out.insert(
+            "structured_content".into(),
+            shape_structured(structured, &mut budget),
+        );
     }
     if budget.cut > 0 {
         out.insert(
@@ -101,6 +60,74 @@ pub fn shape_result(result: &Value, max_chars: usize) -> Value {
         );
     }
     Value::Object(out)
+}
+
+/// A result's content blocks, sorted by kind and shaped for the model.
+#[derive(Default)]
+struct Content {
+    texts: Vec<String>,
+    images: Vec<Value>,
+    resources: Vec<Value>,
+    links: Vec<Value>,
+}
+
+impl Content {
+    /// Text (within `budget`; unknown block types named), images and audio (type and size),
+    /// embedded resources and resource links.
+    fn shape(blocks: &[Value], budget: &mut Budget) -> Content {
+        let mut content = Content::default();
+        for block in blocks {
+            let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+            match kind {
+                "text" => {
+                    let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                    content.texts.push(budget.take(text));
+                }
+                "image" | "audio" => content.images.push(json!({
+                    "type": kind,
+                    "mime_type": block.get("mimeType").cloned().unwrap_or(Value::Null),
+                    "base64_chars": block.get("data").and_then(Value::as_str).map_or(0, str::len),
+                })),
+                "resource_link" => content
+                    .links
+                    .push(pick(block, &["uri", "name", "title", "mimeType"])),
+                "resource" => content.resources.push(shape_resource(block, budget)),
+                other => content
+                    .texts
+                    .push(format!("[unsupported content block of type `{other}`]")),
+            }
+        }
+        content
+    }
+}
+
+/// An embedded resource: its uri and type, and its text (within `budget`) or its blob's size.
+fn shape_resource(block: &Value, budget: &mut Budget) -> Value {
+    let inner = block.get("resource").cloned().unwrap_or(Value::Null);
+    let mut shaped = pick(&inner, &["uri", "mimeType"]);
+    if let (Some(text), Some(obj)) = (
+        inner.get("text").and_then(Value::as_str),
+        shaped.as_object_mut(),
+    ) {
+        obj.insert("text".into(), Value::String(budget.take(text)));
+    } else if let (Some(blob), Some(obj)) = (
+        inner.get("blob").and_then(Value::as_str),
+        shaped.as_object_mut(),
+    ) {
+        obj.insert("base64_chars".into(), json!(blob.len()));
+    }
+    shaped
+}
+
+/// Structured content as it is when it fits what is left of `budget`; else its JSON text, cut.
+fn shape_structured(structured: &Value, budget: &mut Budget) -> Value {
+    let rendered = structured.to_string();
+    if rendered.chars().count() <= budget.remaining {
+        budget.remaining -= rendered.chars().count();
+        structured.clone()
+    } else {
+        Value::String(budget.take(&rendered))
+    }
 }
 
 fn pick(value: &Value, keys: &[&str]) -> Value {

@@ -1,6 +1,7 @@
 //! The manager against real third-party MCP peers (the official reference servers and the
-//! official Python SDK), installed by `shared/peers/setup.sh`. Every test prints a SKIP line and
-//! returns when the peers cannot be installed (no node/npm/python or no network).
+//! official Python SDK), installed by `testing/peers/setup.sh`. When the peers cannot be
+//! installed (no node/npm/python or no network), every test fails under `CI=true` and elsewhere
+//! prints a SKIP line and returns (`testing/peers.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

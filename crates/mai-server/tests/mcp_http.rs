@@ -1,9 +1,9 @@
 //! The MCP server over streamable HTTP, served on loopback by a real engine (SQLite store,
 //! embedded host, scripted model): an rmcp client checks the tool list, `_meta.visibility`, host
 //! context, stream isolation and — behind the real HTTP API router — that the API's token and
-//! Host guard cover `/mcp`; the official Python MCP client (`shared/peers/mcp_probe.py`)
-//! checks that an independent implementation can discover, list and call. The Python tests print
-//! a SKIP line and return when the peer cannot be installed.
+//! Host guard cover `/mcp`; the official Python MCP client (`testing/peers/mcp_probe.py`)
+//! checks that an independent implementation can discover, list and call. When that peer cannot
+//! be installed, the Python tests fail under `CI=true` and elsewhere print a SKIP line and return.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

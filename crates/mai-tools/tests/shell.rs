@@ -20,6 +20,10 @@ use mai_tools::shell::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+#[path = "../../../testing/peers.rs"]
+mod shared_peers;
+use shared_peers::peer_missing;
+
 const LAUNCHER: &str = env!("CARGO_BIN_EXE_mai-sandbox");
 
 fn config(timeout_seconds: u64, max_output_chars: u32, sandbox: bool) -> Arc<Config> {
@@ -477,7 +481,11 @@ fn landlock_available() -> bool {
 #[tokio::test]
 async fn the_sandbox_confines_writes_and_network() {
     if !landlock_available() {
-        println!("SKIPPED the_sandbox_confines_writes_and_network: Landlock is not available");
+        peer_missing(
+            "this kernel cannot enforce Landlock (the sandbox test did not run)",
+            "a Linux kernel >= 5.13 built with CONFIG_SECURITY_LANDLOCK=y and `landlock` in its \
+             `lsm=` boot parameter",
+        );
         return;
     }
     let work = tempfile::tempdir().unwrap();
@@ -516,8 +524,18 @@ async fn the_sandbox_confines_writes_and_network() {
     assert!(stdout.contains("outside=denied"), "{stdout}");
     assert!(!outside.path().join("new.txt").exists());
 
-    if !stdout.contains("sandbox=fs,net") || stdout.contains("net=untested") {
-        println!("SKIPPED network part: no Landlock ABI v4 or no bash here ({stdout})");
+    if stdout.contains("net=untested") {
+        peer_missing(
+            "bash is not installed (the sandbox's network part did not run)",
+            "apt-get install bash",
+        );
+        return;
+    }
+    if !stdout.contains("sandbox=fs,net") {
+        peer_missing(
+            &format!("this kernel's Landlock has no network rules, ABI v4 ({stdout})"),
+            "a Linux kernel >= 6.7 with Landlock enabled",
+        );
         return;
     }
     assert!(stdout.contains("net=denied"), "{stdout}");

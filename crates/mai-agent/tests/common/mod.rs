@@ -221,6 +221,17 @@ pub async fn active_tasks(client: &reqwest::Client, base: &str) -> Vec<serde_jso
     }
 }
 
+/// The record of task `id` (`GET /v1/tasks/{id}`) of the served instance at `base`.
+pub async fn task_record(client: &reqwest::Client, base: &str, id: &str) -> serde_json::Value {
+    let response = client
+        .get(format!("{base}/v1/tasks/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "task {id} lost");
+    response.json().await.unwrap()
+}
+
 /// The live event stream (`GET /v1/events`) of the served instance at `base`.
 pub async fn events(client: &reqwest::Client, base: &str) -> reqwest::Response {
     let response = client

@@ -397,57 +397,14 @@ pub async fn run(target: &Target, requests: usize, concurrency: usize) -> Result
         .timeout(Duration::from_secs(60))
         .build()?;
     let base = format!("http://{}", target.addr);
-    let mut task_ids = Vec::new();
-    for n in 0..16 {
-        let response = client
-            .post(format!("{base}/v1/tasks"))
-            .bearer_auth(TOKEN)
-            .json(
-                &json!({"intent": format!("seed {n}"), "stream_id": "qq:group:42",
-                "platform": "qq", "group_id": "42", "title": format!("seed {n}"),
-                "delay_seconds": 3600}),
-            )
-            .send()
-            .await?;
-        let status = response.status();
-        let body: Value = response.json().await?;
-        let id = body["short_id"]
-            .as_str()
-            .ok_or_else(|| format!("seeding a task failed with {status}: {body}"))?;
-        task_ids.push(id.to_owned());
-    }
-    let depth = 10_000;
-    let deep_body = format!(
-        r#"{{"arguments":{{"stream_id":{}{}}},"context":{{}}}}"#,
-        "[".repeat(depth),
-        "]".repeat(depth)
-    );
-    let many_keys: serde_json::Map<String, Value> = (0..10_000)
-        .map(|k| (format!("k{k}"), Value::from(k)))
-        .collect();
-    let mut many_keys_body = json!({"intent": "x", "stream_id": "qq:group:42", "platform": "qq"});
-    if let Value::Object(object) = &mut many_keys_body {
-        object.extend(many_keys);
-    }
-    let shared = Arc::new(Shared {
-        client,
-        base,
-        task_ids,
-        huge_body: format!(
-            r#"{{"platform":"qq","user_id":"user","text":"{}"}}"#,
-            "x".repeat(MAX_BODY_BYTES + MAX_BODY_BYTES / 2)
-        ),
-        deep_body,
-        many_keys_body: many_keys_body.to_string(),
-    });
+    let task_ids = seed_tasks(&client, &base).await?;
+    let shared = Arc::new(Shared::new(client, base, task_ids));
     let report = Arc::new(Mutex::new(Report::default()));
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let shared = shared.clone();
-        let report = report.clone();
-        let next = next.clone();
+        let (shared, report, next) = (shared.clone(), report.clone(), next.clone());
         workers.push(tokio::spawn(async move {
             let mut session: Option<McpSession> = None;
             loop {
@@ -469,46 +426,7 @@ pub async fn run(target: &Target, requests: usize, concurrency: usize) -> Result
                 let begun = Instant::now();
                 let answer = send(&shared, kind, i, session.as_mut()).await;
                 let took = begun.elapsed();
-                let mut report = report.lock().await;
-                report.total += 1;
-                report.by_kind.entry(kind).or_default().push(took);
-                if kind.is_malformed() {
-                    report.malformed.push(took);
-                } else {
-                    report.valid.push(took);
-                }
-                match answer {
-                    Ok((status, body)) => {
-                        *report.by_status.entry(status).or_default() += 1;
-                        let fits = match kind.expect() {
-                            Expect::Success => (200..300).contains(&status),
-                            Expect::ClientError => (400..500).contains(&status),
-                            Expect::RpcError => status == 200 && body.contains("\"error\""),
-                        };
-                        if !fits {
-                            *report.unexpected.entry(format!("{kind:?}")).or_default() += 1;
-                            if report.samples.len() < 8 {
-                                let start: String = body.chars().take(200).collect();
-                                report.samples.push(format!("{kind:?} → {status}: {start}"));
-                            }
-                        }
-                    }
-                    Err(_) if kind == Kind::HugeBody => report.cut_off_oversized += 1,
-                    Err(error) => {
-                        report.transport_errors += 1;
-                        if report.samples.len() < 8 {
-                            let mut chain = error.to_string();
-                            let mut source = std::error::Error::source(&error);
-                            while let Some(cause) = source {
-                                chain.push_str(&format!(": {cause}"));
-                                source = cause.source();
-                            }
-                            report
-                                .samples
-                                .push(format!("{kind:?} → no answer: {chain}"));
-                        }
-                    }
-                }
+                report.lock().await.record(kind, took, answer);
             }
         }));
     }
@@ -518,6 +436,111 @@ pub async fn run(target: &Target, requests: usize, concurrency: usize) -> Result
     let mut report = std::mem::take(&mut *report.lock().await);
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// Creates the 16 tasks (delayed an hour) that the mix's requests name; their short ids.
+async fn seed_tasks(client: &reqwest::Client, base: &str) -> Result<Vec<String>, BoxError> {
+    let mut task_ids = Vec::new();
+    for n in 0..16 {
+        let response = client
+            .post(format!("{base}/v1/tasks"))
+            .bearer_auth(TOKEN)
+            .json(
+                &json!({"intent": format!("seed {n}"), "stream_id": "qq:group:42",
+                "platform": "qq", "group_id": "42", "title": format!("seed {n}"),
+                "delay_seconds": 3600}),
+            )
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        let id = body["short_id"]
+            .as_str()
+            .ok_or_else(|| format!("seeding a task failed with {status}: {body}"))?;
+        task_ids.push(id.to_owned());
+    }
+    Ok(task_ids)
+}
+
+impl Shared {
+    /// The workers' client and target, and the oversized bodies built once: a body over the
+    /// limit, JSON nested 10 000 deep, an object with 10 000 keys.
+    fn new(client: reqwest::Client, base: String, task_ids: Vec<String>) -> Shared {
+        let depth = 10_000;
+        let deep_body = format!(
+            r#"{{"arguments":{{"stream_id":{}{}}},"context":{{}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let many_keys: serde_json::Map<String, Value> = (0..10_000)
+            .map(|k| (format!("k{k}"), Value::from(k)))
+            .collect();
+        let mut many_keys_body =
+            json!({"intent": "x", "stream_id": "qq:group:42", "platform": "qq"});
+        if let Value::Object(object) = &mut many_keys_body {
+            object.extend(many_keys);
+        }
+        Shared {
+            client,
+            base,
+            task_ids,
+            huge_body: format!(
+                r#"{{"platform":"qq","user_id":"user","text":"{}"}}"#,
+                "x".repeat(MAX_BODY_BYTES + MAX_BODY_BYTES / 2)
+            ),
+            deep_body,
+            many_keys_body: many_keys_body.to_string(),
+        }
+    }
+}
+
+impl Report {
+    /// Counts one request of `kind` that took `took` and got `answer`: its latency, its status,
+    /// and whether the status was of the expected class (a few samples of those that were not).
+    fn record(
+        &mut self,
+        kind: Kind,
+        took: Duration,
+        answer: Result<(u16, String), reqwest::Error>,
+    ) {
+        self.total += 1;
+        self.by_kind.entry(kind).or_default().push(took);
+        if kind.is_malformed() {
+            self.malformed.push(took);
+        } else {
+            self.valid.push(took);
+        }
+        match answer {
+            Ok((status, body)) => {
+                *self.by_status.entry(status).or_default() += 1;
+                let fits = match kind.expect() {
+                    Expect::Success => (200..300).contains(&status),
+                    Expect::ClientError => (400..500).contains(&status),
+                    Expect::RpcError => status == 200 && body.contains("\"error\""),
+                };
+                if !fits {
+                    *self.unexpected.entry(format!("{kind:?}")).or_default() += 1;
+                    if self.samples.len() < 8 {
+                        let start: String = body.chars().take(200).collect();
+                        self.samples.push(format!("{kind:?} → {status}: {start}"));
+                    }
+                }
+            }
+            Err(_) if kind == Kind::HugeBody => self.cut_off_oversized += 1,
+            Err(error) => {
+                self.transport_errors += 1;
+                if self.samples.len() < 8 {
+                    let mut chain = error.to_string();
+                    let mut source = std::error::Error::source(&error);
+                    while let Some(cause) = source {
+                        chain.push_str(&format!(": {cause}"));
+                        source = cause.source();
+                    }
+                    self.samples.push(format!("{kind:?} → no answer: {chain}"));
+                }
+            }
+        }
+    }
 }
 
 fn mcp_post(shared: &Shared, session: &str, body: &Value) -> reqwest::RequestBuilder {
@@ -570,153 +593,243 @@ async fn send(
     i: usize,
     session: Option<&mut McpSession>,
 ) -> Result<(u16, String), reqwest::Error> {
-    let c = &shared.client;
-    let url = |path: &str| format!("{}{path}", shared.base);
-    let task = &shared.task_ids[i % shared.task_ids.len()];
-    let context = json!({"chat_id": "qq:group:42", "platform": "qq", "group_id": "42",
-        "user_id": "user"});
-    let json_post = |path: &str, body: &Value| c.post(url(path)).bearer_auth(TOKEN).json(body);
-    let raw_post = |path: &str, body: String| {
-        c.post(url(path))
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/json")
-            .body(body)
-    };
+    let make = Requests::new(shared, i);
     let request = match kind {
-        Kind::ListTasks => c
-            .get(url("/v1/tasks?stream_id=qq:group:42&limit=20"))
-            .bearer_auth(TOKEN),
-        Kind::GetTask => c.get(url(&format!("/v1/tasks/{task}"))).bearer_auth(TOKEN),
-        Kind::TaskHistory => c
-            .get(url(&format!("/v1/tasks/{task}/history")))
-            .bearer_auth(TOKEN),
-        Kind::CreateDelayed => json_post(
-            "/v1/tasks",
-            &json!({"intent": format!("later {i}"), "stream_id": "qq:group:42",
-                "platform": "qq", "group_id": "42", "user_id": "user",
-                "title": format!("later {i}"), "delay_seconds": 3600}),
-        ),
-        Kind::CreateInstant => json_post(
-            "/v1/tasks",
-            &json!({"intent": format!("now {i}"), "stream_id": "qq:group:42",
-                "platform": "qq", "group_id": "42", "level": "instant",
-                "title": format!("now {i}")}),
-        ),
-        Kind::PlannerList => json_post(
-            "/v1/planner/tools/subagent_list",
-            &json!({"arguments": {"stream_id": "qq:group:42"}, "context": context}),
-        ),
-        Kind::PlannerStatus => json_post(
-            "/v1/planner/tools/subagent_status",
-            &json!({"arguments": {"stream_id": "qq:group:42", "task_id": task},
-                "context": context}),
-        ),
-        Kind::PlannerCreate => json_post(
-            "/v1/planner/tools/subagent_create",
-            &json!({"arguments": {"stream_id": "qq:group:42", "intent": format!("plan {i}"),
-                "delay_seconds": 3600}, "context": context}),
-        ),
-        Kind::Board => c
-            .get(url(&format!(
-                "/v1/planner/board?stream_id=qq:group:42&session=s{}",
-                i % 50
-            )))
-            .bearer_auth(TOKEN),
-        Kind::MessagePlain => json_post(
-            "/v1/messages",
-            &json!({"platform": "qq", "user_id": format!("u{}", i % 30), "group_id": "42",
-                "text": format!("hello {i}")}),
-        ),
-        Kind::MessageCommand => json_post(
-            "/v1/messages",
-            &json!({"platform": "qq", "user_id": "user", "group_id": "42", "text": "/mt list"}),
-        ),
+        Kind::ListTasks
+        | Kind::GetTask
+        | Kind::TaskHistory
+        | Kind::CreateDelayed
+        | Kind::CreateInstant => make.tasks(kind),
+        Kind::PlannerList | Kind::PlannerStatus | Kind::PlannerCreate | Kind::Board => {
+            make.planner(kind)
+        }
+        Kind::MessagePlain | Kind::MessageCommand => make.message(kind),
         Kind::McpToolsList | Kind::McpCallList | Kind::McpCallStatus | Kind::McpUnknownTool => {
             let Some(session) = session else {
                 return Ok((0, "no MCP session".into()));
             };
-            session.next_id += 1;
-            let (method, params) = match kind {
-                Kind::McpToolsList => ("tools/list", json!({})),
-                Kind::McpCallList => (
-                    "tools/call",
-                    json!({"name": "subagent_list", "arguments": {"stream_id": "qq:group:42"},
-                        "_meta": {"chat_id": "qq:group:42", "platform": "qq"}}),
-                ),
-                Kind::McpCallStatus => (
-                    "tools/call",
-                    json!({"name": "subagent_status",
-                        "arguments": {"stream_id": "qq:group:42", "task_id": task},
-                        "_meta": {"chat_id": "qq:group:42", "platform": "qq"}}),
-                ),
-                _ => (
-                    "tools/call",
-                    json!({"name": "run_command", "arguments": {"command": "id"}}),
-                ),
-            };
-            let body = json!({"jsonrpc": "2.0", "id": session.next_id, "method": method,
-                "params": params});
-            mcp_post(shared, &session.id, &body)
+            make.mcp(kind, session)
         }
-        Kind::Healthz => c.get(url("/healthz")),
-        Kind::Metrics => c.get(url("/metrics")).bearer_auth(TOKEN),
-        Kind::OpenApi => c.get(url("/openapi.json")).bearer_auth(TOKEN),
-        Kind::BadJson => raw_post("/v1/tasks", "{not json".into()),
-        Kind::WrongType => json_post(
-            "/v1/tasks",
-            &json!({"intent": 5, "stream_id": "qq:group:42", "platform": "qq"}),
-        ),
-        Kind::UnknownField => json_post(
-            "/v1/tasks",
-            &json!({"intent": "x", "stream_id": "qq:group:42", "platform": "qq",
-                "delay_second": 5}),
-        ),
-        Kind::HugeBody => raw_post("/v1/messages", shared.huge_body.clone()),
-        Kind::UnknownId => match i % 3 {
-            0 => c.get(url("/v1/tasks/ffffffff")).bearer_auth(TOKEN),
-            1 => c
-                .post(url("/v1/tasks/no-such-task/cancel"))
-                .bearer_auth(TOKEN),
-            _ => json_post(
-                "/v1/tasks/0000000000000000/inject",
-                &json!({"instruction": "x"}),
-            ),
-        },
-        Kind::BadHost => c
-            .get(url("/v1/tasks"))
-            .bearer_auth(TOKEN)
-            .header("host", "evil.example"),
-        Kind::NoToken => match i % 2 {
-            0 => c.get(url("/v1/tasks")),
-            _ => c
-                .post(url("/mcp"))
-                .header("accept", MCP_ACCEPT)
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
-        },
-        Kind::DeepNesting => raw_post("/v1/planner/tools/subagent_list", shared.deep_body.clone()),
-        Kind::ManyKeys => raw_post("/v1/tasks", shared.many_keys_body.clone()),
-        Kind::PlannerBadArgs => json_post(
-            "/v1/planner/tools/subagent_create",
-            &json!({"arguments": {"stream_id": 5, "intent": ["x"]}, "context": context}),
-        ),
-        Kind::McpUnknownSession => mcp_post(
-            shared,
-            "not-a-session",
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-        ),
-        Kind::McpBadJson => c
-            .post(url("/mcp"))
-            .bearer_auth(TOKEN)
-            .header("accept", MCP_ACCEPT)
-            .header("content-type", "application/json")
-            .body("{\"jsonrpc\": \"2.0\", \"id\": "),
-        Kind::MissingContentType => c
-            .post(url("/v1/tasks"))
-            .bearer_auth(TOKEN)
-            .body(r#"{"intent":"x","stream_id":"qq:group:42","platform":"qq"}"#),
+        Kind::Healthz => shared.client.get(make.url("/healthz")),
+        Kind::Metrics => make.get("/metrics"),
+        Kind::OpenApi => make.get("/openapi.json"),
+        Kind::BadJson
+        | Kind::WrongType
+        | Kind::UnknownField
+        | Kind::HugeBody
+        | Kind::UnknownId
+        | Kind::BadHost
+        | Kind::NoToken
+        | Kind::DeepNesting
+        | Kind::ManyKeys
+        | Kind::PlannerBadArgs
+        | Kind::McpUnknownSession
+        | Kind::McpBadJson
+        | Kind::MissingContentType => make.malformed(kind),
     };
     let response = request.send().await?;
     let status = response.status().as_u16();
     let body = response.text().await?;
     Ok((status, body))
+}
+
+/// Builds the requests of the mix for request number `i`.
+struct Requests<'a> {
+    shared: &'a Shared,
+    i: usize,
+    /// The seeded task this request names.
+    task: &'a str,
+    /// The planner's host context.
+    context: Value,
+}
+
+impl<'a> Requests<'a> {
+    fn new(shared: &'a Shared, i: usize) -> Self {
+        Requests {
+            shared,
+            i,
+            task: &shared.task_ids[i % shared.task_ids.len()],
+            context: json!({"chat_id": "qq:group:42", "platform": "qq", "group_id": "42",
+                "user_id": "user"}),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.shared.base)
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.shared.client.get(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    fn json_post(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.shared
+            .client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .json(body)
+    }
+
+    fn raw_post(&self, path: &str, body: String) -> reqwest::RequestBuilder {
+        self.shared
+            .client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+    }
+
+    /// The task API: list, get, history, create delayed, create instant.
+    fn tasks(&self, kind: Kind) -> reqwest::RequestBuilder {
+        let (i, task) = (self.i, self.task);
+        match kind {
+            Kind::ListTasks => self.get("/v1/tasks?stream_id=qq:group:42&limit=20"),
+            Kind::GetTask => self.get(&format!("/v1/tasks/{task}")),
+            Kind::TaskHistory => self.get(&format!("/v1/tasks/{task}/history")),
+            Kind::CreateDelayed => self.json_post(
+                "/v1/tasks",
+                &json!({"intent": format!("later {i}"), "stream_id": "qq:group:42",
+                    "platform": "qq", "group_id": "42", "user_id": "user",
+                    "title": format!("later {i}"), "delay_seconds": 3600}),
+            ),
+            // Kind::CreateInstant
+            _ => self.json_post(
+                "/v1/tasks",
+                &json!({"intent": format!("now {i}"), "stream_id": "qq:group:42",
+                    "platform": "qq", "group_id": "42", "level": "instant",
+                    "title": format!("now {i}")}),
+            ),
+        }
+    }
+
+    /// The planner's doors: list, status, create, and its board.
+    fn planner(&self, kind: Kind) -> reqwest::RequestBuilder {
+        let (i, task, context) = (self.i, self.task, &self.context);
+        match kind {
+            Kind::PlannerList => self.json_post(
+                "/v1/planner/tools/subagent_list",
+                &json!({"arguments": {"stream_id": "qq:group:42"}, "context": context}),
+            ),
+            Kind::PlannerStatus => self.json_post(
+                "/v1/planner/tools/subagent_status",
+                &json!({"arguments": {"stream_id": "qq:group:42", "task_id": task},
+                    "context": context}),
+            ),
+            Kind::PlannerCreate => self.json_post(
+                "/v1/planner/tools/subagent_create",
+                &json!({"arguments": {"stream_id": "qq:group:42", "intent": format!("plan {i}"),
+                    "delay_seconds": 3600}, "context": context}),
+            ),
+            // Kind::Board
+            _ => self.get(&format!(
+                "/v1/planner/board?stream_id=qq:group:42&session=s{}",
+                i % 50
+            )),
+        }
+    }
+
+    /// A chat message: plain text, or a `/mt` command.
+    fn message(&self, kind: Kind) -> reqwest::RequestBuilder {
+        let i = self.i;
+        match kind {
+            Kind::MessagePlain => self.json_post(
+                "/v1/messages",
+                &json!({"platform": "qq", "user_id": format!("u{}", i % 30), "group_id": "42",
+                    "text": format!("hello {i}")}),
+            ),
+            // Kind::MessageCommand
+            _ => self.json_post(
+                "/v1/messages",
+                &json!({"platform": "qq", "user_id": "user", "group_id": "42", "text": "/mt list"}),
+            ),
+        }
+    }
+
+    /// An MCP call in `session`: list the tools, call two planner tools, or call a tool that
+    /// does not exist (an RPC error).
+    fn mcp(&self, kind: Kind, session: &mut McpSession) -> reqwest::RequestBuilder {
+        session.next_id += 1;
+        let (method, params) = match kind {
+            Kind::McpToolsList => ("tools/list", json!({})),
+            Kind::McpCallList => (
+                "tools/call",
+                json!({"name": "subagent_list", "arguments": {"stream_id": "qq:group:42"},
+                    "_meta": {"chat_id": "qq:group:42", "platform": "qq"}}),
+            ),
+            Kind::McpCallStatus => (
+                "tools/call",
+                json!({"name": "subagent_status",
+                    "arguments": {"stream_id": "qq:group:42", "task_id": self.task},
+                    "_meta": {"chat_id": "qq:group:42", "platform": "qq"}}),
+            ),
+            // Kind::McpUnknownTool
+            _ => (
+                "tools/call",
+                json!({"name": "run_command", "arguments": {"command": "id"}}),
+            ),
+        };
+        let body = json!({"jsonrpc": "2.0", "id": session.next_id, "method": method,
+            "params": params});
+        mcp_post(self.shared, &session.id, &body)
+    }
+
+    /// A request every door must refuse with a 4xx.
+    fn malformed(&self, kind: Kind) -> reqwest::RequestBuilder {
+        let (c, shared, i) = (&self.shared.client, self.shared, self.i);
+        match kind {
+            Kind::BadJson => self.raw_post("/v1/tasks", "{not json".into()),
+            Kind::WrongType => self.json_post(
+                "/v1/tasks",
+                &json!({"intent": 5, "stream_id": "qq:group:42", "platform": "qq"}),
+            ),
+            Kind::UnknownField => self.json_post(
+                "/v1/tasks",
+                &json!({"intent": "x", "stream_id": "qq:group:42", "platform": "qq",
+                    "delay_second": 5}),
+            ),
+            Kind::HugeBody => self.raw_post("/v1/messages", shared.huge_body.clone()),
+            Kind::UnknownId => match i % 3 {
+                0 => self.get("/v1/tasks/ffffffff"),
+                1 => c
+                    .post(self.url("/v1/tasks/no-such-task/cancel"))
+                    .bearer_auth(TOKEN),
+                _ => self.json_post(
+                    "/v1/tasks/0000000000000000/inject",
+                    &json!({"instruction": "x"}),
+                ),
+            },
+            Kind::BadHost => self.get("/v1/tasks").header("host", "evil.example"),
+            Kind::NoToken => match i % 2 {
+                0 => c.get(self.url("/v1/tasks")),
+                _ => c
+                    .post(self.url("/mcp"))
+                    .header("accept", MCP_ACCEPT)
+                    .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+            },
+            Kind::DeepNesting => {
+                self.raw_post("/v1/planner/tools/subagent_list", shared.deep_body.clone())
+            }
+            Kind::ManyKeys => self.raw_post("/v1/tasks", shared.many_keys_body.clone()),
+            Kind::PlannerBadArgs => self.json_post(
+                "/v1/planner/tools/subagent_create",
+                &json!({"arguments": {"stream_id": 5, "intent": ["x"]}, "context": self.context}),
+            ),
+            Kind::McpUnknownSession => mcp_post(
+                shared,
+                "not-a-session",
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            ),
+            Kind::McpBadJson => c
+                .post(self.url("/mcp"))
+                .bearer_auth(TOKEN)
+                .header("accept", MCP_ACCEPT)
+                .header("content-type", "application/json")
+                .body("{\"jsonrpc\": \"2.0\", \"id\": "),
+            // Kind::MissingContentType
+            _ => c
+                .post(self.url("/v1/tasks"))
+                .bearer_auth(TOKEN)
+                .body(r#"{"intent":"x","stream_id":"qq:group:42","platform":"qq"}"#),
+        }
+    }
 }

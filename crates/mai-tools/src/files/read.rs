@@ -80,6 +80,7 @@ struct Window {
     max_bytes: u64,
 }
 
+/// The lines of `window` from `file` (`size` bytes), as the tool's result.
 fn read_window(
     mut file: File,
     size: u64,
@@ -103,84 +104,119 @@ fn read_window(
             "note": format!("the file has {total} lines; offset {} is past its end", window.start),
         }));
     }
+    let lines = Lines::read(&mut reader, window)?;
+    Ok(lines.into_result(window, size))
+}
 
-    let mut content = Vec::new();
-    let mut end_line = window.start - 1;
-    let mut next_offset = None;
-    let mut note = None;
-    loop {
-        if window
-            .limit
-            .is_some_and(|limit| end_line + 1 - window.start >= limit)
-        {
-            break;
-        }
-        let remaining = window.max_bytes.saturating_sub(content.len() as u64);
-        let mut line = Vec::new();
-        // One byte over the budget tells "does not fit" apart from "fits exactly".
-        let read = reader
-            .by_ref()
-            .take(remaining.saturating_add(1))
-            .read_until(b'\n', &mut line)?;
-        if read == 0 {
-            break;
-        }
-        if line.len() as u64 > remaining {
-            if content.is_empty() {
-                // A single line over the budget: show its start so the call still progresses.
-                line.truncate(utf8_prefix_len(&line, remaining));
-                content = line;
-                end_line = window.start;
-                note = Some(format!(
-                    "line {end_line} is longer than [files] max_read_bytes ({}); only its start \
-                     is shown",
-                    window.max_bytes
-                ));
+/// The lines read for a window.
+struct Lines {
+    content: Vec<u8>,
+    /// The last line read (`window.start - 1` when none was).
+    end_line: u64,
+    /// Where the next call starts when the file goes on past this window.
+    next_offset: Option<u64>,
+    /// Why the window was cut short, when it is not just "more follows".
+    note: Option<String>,
+}
+
+impl Lines {
+    /// Reads whole lines from `reader` (at the window's first line) until the window's line
+    /// limit, its byte budget or the end of the file; a first line over the budget alone is
+    /// cut at a character boundary.
+    fn read(reader: &mut BufReader<File>, window: &Window) -> io::Result<Lines> {
+        let mut lines = Lines {
+            content: Vec::new(),
+            end_line: window.start - 1,
+            next_offset: None,
+            note: None,
+        };
+        loop {
+            if window
+                .limit
+                .is_some_and(|limit| lines.end_line + 1 - window.start >= limit)
+            {
+                break;
             }
-            next_offset = Some(end_line + 1);
-            break;
+            let remaining = window.max_bytes.saturating_sub(lines.content.len() as u64);
+            let mut line = Vec::new();
+            // One byte over the budget tells "does not fit" apart from "fits exactly".
+            let read = reader
+                .by_ref()
+                .take(remaining.saturating_add(1))
+                .read_until(b'\n', &mut line)?;
+            if read == 0 {
+                break;
+            }
+            if line.len() as u64 > remaining {
+                if lines.content.is_empty() {
+                    // A single line over the budget: show its start so the call still progresses.
+                    line.truncate(utf8_prefix_len(&line, remaining));
+                    lines.content = line;
+                    lines.end_line = window.start;
+                    lines.note = Some(format!(
+                        "line {} is longer than [files] max_read_bytes ({}); only its start \
+                         is shown",
+                        lines.end_line, window.max_bytes
+                    ));
+                }
+                lines.next_offset = Some(lines.end_line + 1);
+                break;
+            }
+            lines.content.extend_from_slice(&line);
+            lines.end_line += 1;
         }
-        content.extend_from_slice(&line);
-        end_line += 1;
-    }
-    if next_offset.is_none() && !reader.fill_buf()?.is_empty() {
-        next_offset = Some(end_line + 1);
+        if lines.next_offset.is_none() && !reader.fill_buf()?.is_empty() {
+            lines.next_offset = Some(lines.end_line + 1);
+        }
+        Ok(lines)
     }
 
-    let mut result = json!({
-        "content": String::from_utf8_lossy(&content),
-        "start_line": window.start,
-        "end_line": end_line,
-        "size_bytes": size,
-        "truncated": next_offset.is_some(),
-    });
-    if let Some(object) = result.as_object_mut() {
-        match next_offset {
-            Some(next) => {
-                object.insert("next_offset".into(), next.into());
-                object.insert(
-                    "note".into(),
-                    note.unwrap_or_else(|| format!("more follows: read again with offset={next}"))
-                        .into(),
-                );
-            }
-            // Only known without scanning ahead when this window reached the end.
-            None => {
-                object.insert("total_lines".into(), end_line.into());
-                if end_line < window.start {
+    /// The tool's result: the text and where it is in the file, with the next offset when more
+    /// follows, else the file's line count.
+    fn into_result(self, window: &Window, size: u64) -> Value {
+        let Lines {
+            content,
+            end_line,
+            next_offset,
+            note,
+        } = self;
+        let mut result = json!({
+            "content": String::from_utf8_lossy(&content),
+            "start_line": window.start,
+            "end_line": end_line,
+            "size_bytes": size,
+            "truncated": next_offset.is_some(),
+        });
+        if let Some(object) = result.as_object_mut() {
+            match next_offset {
+                Some(next) => {
+                    object.insert("next_offset".into(), next.into());
                     object.insert(
                         "note".into(),
-                        format!(
-                            "the file has {end_line} lines; offset {} is past its end",
-                            window.start
-                        )
+                        note.unwrap_or_else(|| {
+                            format!("more follows: read again with offset={next}")
+                        })
                         .into(),
                     );
                 }
+                // Only known without scanning ahead when this window reached the end.
+                None => {
+                    object.insert("total_lines".into(), end_line.into());
+                    if end_line < window.start {
+                        object.insert(
+                            "note".into(),
+                            format!(
+                                "the file has {end_line} lines; offset {} is past its end",
+                                window.start
+                            )
+                            .into(),
+                        );
+                    }
+                }
             }
         }
+        result
     }
-    Ok(result)
 }
 
 /// Refuses a file whose first KBs hold a NUL byte or invalid UTF-8: returning it as text would
