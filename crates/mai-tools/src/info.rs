@@ -17,7 +17,7 @@ use mai_core::host::{ChatTarget, Host, HostError, MemoryMode, MemoryQuery, Strea
 use mai_core::ids::StreamId;
 use mai_core::role::{Role, require};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -49,35 +49,40 @@ pub fn info_tools(host: Arc<dyn Host>) -> Result<Vec<ToolDefinition>, ToolDefini
             Visibility::Discoverable,
             Role::Guest,
             SearchMemory(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "fetch_history",
             FETCH_HISTORY,
             Visibility::Discoverable,
             Role::Guest,
             FetchHistory(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "query_person",
             QUERY_PERSON,
             Visibility::Discoverable,
             Role::Guest,
             QueryPerson(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "search_users",
             SEARCH_USERS,
             Visibility::Discoverable,
             Role::Guest,
             SearchUsers(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "get_frequency",
             GET_FREQUENCY,
             Visibility::Discoverable,
             Role::Guest,
             GetFrequency(host),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
     ])
 }
 

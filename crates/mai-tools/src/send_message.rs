@@ -29,7 +29,7 @@ use mai_core::host::{ChatTarget, Host};
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::{Role, require};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -56,6 +56,7 @@ pub fn send_message_tool(
         Role::User,
         SendMessage { host, messenger },
     )
+    .map(|tool| tool.with_effects(Effect::ContactsPeople))
 }
 
 // No `deny_unknown_fields`: hosts add `chat_id` (and may add other context keys). No doc comment

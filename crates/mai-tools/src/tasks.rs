@@ -13,7 +13,7 @@ use mai_core::capabilities::TaskControl;
 use mai_core::role::{Role, require};
 use mai_core::task::{TaskLevel, TaskRecord};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -41,28 +41,32 @@ pub fn task_tools(
             Visibility::Discoverable,
             Role::User,
             ListMyTasks(Arc::clone(&control)),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
         ToolDefinition::typed(
             "create_subtask",
             CREATE_SUBTASK,
             Visibility::Discoverable,
             Role::User,
             CreateSubtask(Arc::clone(&control)),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
         ToolDefinition::typed(
             "inject_task",
             INJECT_TASK,
             Visibility::Discoverable,
             Role::User,
             InjectTask(Arc::clone(&control)),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
         ToolDefinition::typed(
             "cancel_task",
             CANCEL_TASK,
             Visibility::Discoverable,
             Role::User,
             CancelTask(control),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
     ])
 }
 

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use mai_core::role::Role;
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, ToolRegistry, TypedTool,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, ToolRegistry, TypedTool,
     Visibility,
 };
 
@@ -103,6 +103,7 @@ pub(super) fn search_users(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDe
         Role::Admin,
         lazy(move || SearchUsers(shared.clone())),
     )
+    .map(|tool| tool.with_effects(Effect::ReadsChats))
 }
 
 pub(super) fn send_message(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDefinitionError> {
@@ -113,6 +114,7 @@ pub(super) fn send_message(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDe
         Role::Admin,
         lazy(move || SendMessage(shared.clone())),
     )
+    .map(|tool| tool.with_effects(Effect::ContactsPeople))
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]

@@ -16,7 +16,7 @@ use mai_core::role::Role;
 use mai_core::store::{HistoryEntry, TaskFilter};
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 
 use mai_tools::Reach;
@@ -120,6 +120,7 @@ fn typed<T: TypedTool>(
         Role::Admin,
         tool,
     )
+    .map(|tool| tool.with_effects(Effect::ManagesTasks))
 }
 
 /// The host-injected keys, accepted on every call and absent from every schema.
