@@ -602,6 +602,11 @@ impl Engine {
                 self.schedule_timers.disarm(task.id);
                 self.queue.remove(task.id);
                 self.forget_question(task.id);
+                // A run still sending the question it now waits on stops too, so the send
+                // stops retrying.
+                if let Some(control) = lock(&self.running).get(&task.id).cloned() {
+                    control.stop(reason);
+                }
                 return Ok(task);
             }
             // It changed under us (dispatched, answered, finished): look again.

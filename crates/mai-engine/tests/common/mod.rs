@@ -31,6 +31,9 @@ pub struct RecordingHost {
     pub notes: Mutex<Vec<(String, String)>>,
     /// The next this-many sends fail.
     pub failing_sends: AtomicUsize,
+    /// The stream of every send that failed, in order; each failure also notifies `send_failed`.
+    pub failed_sends: Mutex<Vec<String>>,
+    pub send_failed: tokio::sync::Notify,
     /// Sends that answer "not delivered" without an error.
     pub rejecting_sends: AtomicUsize,
     /// Plugin APIs the host offers, and how often any was called.
@@ -60,6 +63,8 @@ impl Host for RecordingHost {
     async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
         if self.failing_sends.load(Ordering::SeqCst) > 0 {
             self.failing_sends.fetch_sub(1, Ordering::SeqCst);
+            self.failed_sends.lock().unwrap().push(stream.to_string());
+            self.send_failed.notify_one();
             return Err(HostError::new("send a message", "connection reset"));
         }
         if self.rejecting_sends.load(Ordering::SeqCst) > 0 {
