@@ -409,6 +409,11 @@ impl Engine {
         reference: &str,
     ) -> Result<TaskHistory, EngineError> {
         let task = self.resolve(caller, reference).await?;
+        self.history_of(task).await
+    }
+
+    /// [`Engine::history`] of a task already resolved (the planner resolves in its stream).
+    pub(crate) async fn history_of(&self, task: TaskRecord) -> Result<TaskHistory, EngineError> {
         let entries = self.store.history(task.id, 0).await?;
         Ok(TaskHistory {
             status_log: task.status_log.clone(),
