@@ -91,13 +91,23 @@ impl TypedTool for ListMyTasks {
     }
 }
 
-/// The level names the model uses.
+/// The level names the model uses (the planner's `subagent_create` and `subagent_schedule` take
+/// them too).
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-enum Level {
+pub enum Level {
     #[default]
     Agent,
     Instant,
+}
+
+impl From<Level> for TaskLevel {
+    fn from(level: Level) -> Self {
+        match level {
+            Level::Agent => TaskLevel::Agent,
+            Level::Instant => TaskLevel::Instant,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -117,10 +127,7 @@ impl TypedTool for CreateSubtask {
     async fn call(&self, ctx: &ToolContext, args: CreateSubtaskArgs) -> Result<Value, ToolError> {
         require_user(ctx)?;
         let intent = required("intent", &args.intent)?;
-        let level = match args.level.unwrap_or_default() {
-            Level::Agent => TaskLevel::Agent,
-            Level::Instant => TaskLevel::Instant,
-        };
+        let level = args.level.unwrap_or_default().into();
         let task = self
             .0
             .create_subtask(ctx, intent, level)

@@ -26,6 +26,7 @@ use mai_core::tool::{
 };
 
 use mai_tools::Reach;
+use mai_tools::tasks::Level;
 
 use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
 use crate::engine::Engine;
@@ -233,18 +234,8 @@ fn failed(error: impl std::fmt::Display) -> ToolError {
     ToolError::new(error)
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Level {
-    Instant,
-    Agent,
-}
-
 fn level_of(level: Option<Level>) -> TaskLevel {
-    match level {
-        Some(Level::Instant) => TaskLevel::Instant,
-        Some(Level::Agent) | None => TaskLevel::Agent,
-    }
+    level.unwrap_or_default().into()
 }
 
 // No doc comments on the args structs (they would become the schema's description) and no
