@@ -65,20 +65,28 @@ fn tools() -> (Arc<ToolRegistry>, Arc<AtomicUsize>) {
         ("send_message", Role::User, Effect::ContactsPeople.into()),
         ("call_weather", Role::Admin, Effect::CallsPluginApis.into()),
     ] {
-        registry.register(
-            ToolDefinition::new(
-                name,
-                "test",
-                json!({"type": "object"}),
-                Visibility::Discoverable,
-                role,
-                Arc::new(Counting(runs.clone())),
-            )
-            .unwrap()
-            .with_effects(effects),
-        );
+        registry.register(counting_tool(name, role, effects, &runs));
     }
     (registry, runs)
+}
+
+/// A tool that counts its runs in `runs`.
+fn counting_tool(
+    name: &str,
+    role: Role,
+    effects: Effects,
+    runs: &Arc<AtomicUsize>,
+) -> ToolDefinition {
+    ToolDefinition::new(
+        name,
+        "test",
+        json!({"type": "object"}),
+        Visibility::Discoverable,
+        role,
+        Arc::new(Counting(runs.clone())),
+    )
+    .unwrap()
+    .with_effects(effects)
 }
 
 async fn run_parent(
@@ -417,36 +425,15 @@ const REFUSED_BY_NAME_BEFORE: [&str; 9] = [
 
 #[tokio::test]
 async fn over_the_real_registry_the_effect_filter_refuses_exactly_what_the_name_list_did() {
-    let mut config = test_config();
-    config.subagent.enabled = true;
-    config.shell.enabled = true;
-    config.plugin_api.allowlist = vec!["weather.today".into()];
-    let host = RecordingHost {
-        apis: vec![mai_core::host::PluginApi {
-            name: "weather.today".into(),
-            plugin: "weather".into(),
-            description: "today's weather".into(),
-        }],
-        ..RecordingHost::default()
-    };
     let dir = tempfile::tempdir().unwrap();
-    let registry = Arc::new(ToolRegistry::new());
-    let _engine = mai_engine::engine::Engine::new(mai_engine::engine::EngineDeps {
-        store: Arc::new(
-            mai_store::SqliteStore::open(&dir.path().join("tasks.db"))
-                .await
-                .unwrap(),
-        ),
-        model: RuleModel::new(|_| Ok(ChatResponse::text("unused"))),
-        host: Arc::new(host),
-        registry: registry.clone(),
-        config: Arc::new(mai_core::config::LiveConfig::new(config).unwrap()),
-        prompts: Arc::new(mai_engine::prompts::Prompts::embedded()),
-        clock: Arc::new(SystemClock),
-        files_root: Some(dir.path().join("files")),
-    })
-    .await
-    .unwrap();
+    let engine = engine_with_every_tool(
+        dir.path(),
+        test_config(),
+        RuleModel::new(|_| Ok(ChatResponse::text("unused"))),
+        Arc::new(host_with_weather_api()),
+    )
+    .await;
+    let registry = engine.registry();
     let names: Vec<String> = registry.all().iter().map(|t| t.name().to_owned()).collect();
     for expected in REFUSED_BY_NAME_BEFORE.iter().chain(&[
         "call_weather_today",
@@ -473,18 +460,8 @@ async fn over_the_real_registry_the_effect_filter_refuses_exactly_what_the_name_
 
 #[test]
 fn an_external_tool_is_filtered_by_its_effects_not_its_name() {
-    let tool = |name: &str, effects: Effects| {
-        ToolDefinition::new(
-            name,
-            "test",
-            json!({"type": "object"}),
-            Visibility::Discoverable,
-            Role::User,
-            Arc::new(Counting(Arc::default())),
-        )
-        .unwrap()
-        .with_effects(effects)
-    };
+    let runs = Arc::default();
+    let tool = |name: &str, effects: Effects| counting_tool(name, Role::User, effects, &runs);
     let open = mai_engine::subagent::open_to_subagents;
     // An MCP tool that messages people is refused although no list names it…
     let notify = Effects::of(&[Effect::CallsMcp, Effect::ContactsPeople]);

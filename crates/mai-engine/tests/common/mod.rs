@@ -242,6 +242,43 @@ pub async fn engine_at(
     .unwrap()
 }
 
+/// A host offering one plugin API, `weather.today`.
+pub fn host_with_weather_api() -> RecordingHost {
+    RecordingHost {
+        apis: vec![mai_core::host::PluginApi {
+            name: "weather.today".into(),
+            description: "weather".into(),
+            plugin: "weather".into(),
+        }],
+        ..RecordingHost::default()
+    }
+}
+
+/// An engine (not started) with every optional tool group on: files under `dir/files`, the
+/// shell, sub-agents, and `weather.today` allowlisted (see [`host_with_weather_api`]).
+pub async fn engine_with_every_tool(
+    dir: &Path,
+    mut config: Config,
+    model: Arc<dyn ChatModel>,
+    host: Arc<RecordingHost>,
+) -> Arc<Engine> {
+    config.shell.enabled = true;
+    config.subagent.enabled = true;
+    config.plugin_api.allowlist = vec!["weather.today".into()];
+    Engine::new(EngineDeps {
+        store: Arc::new(SqliteStore::open(&dir.join("tasks.db")).await.unwrap()),
+        model,
+        host,
+        registry: Arc::new(ToolRegistry::new()),
+        config: Arc::new(LiveConfig::new(config).unwrap()),
+        prompts: Arc::new(Prompts::embedded()),
+        clock: Arc::new(mai_core::clock::SystemClock),
+        files_root: Some(dir.join("files")),
+    })
+    .await
+    .unwrap()
+}
+
 impl Harness {
     pub async fn start(config: Config, model: Arc<dyn ChatModel>) -> Harness {
         Self::start_with(
