@@ -1,5 +1,5 @@
-//! The planner channel (SYSTEM.md §7): the 11 tools the host's planner sees, as a registry of
-//! their own, separate from the agent-loop registry.
+//! The planner channel (see docs/design.md, The planner): the 11 tools the host's planner sees,
+//! as a registry of their own, separate from the agent-loop registry.
 //!
 //! These are adapters: the `subagent_*` tools go through the task manager facade, `search_users`
 //! and `send_message` run the agent-loop implementations from `mai-tools` (one implementation,
