@@ -1,6 +1,8 @@
 //! mai-agent's domain: roles, identifiers, the task record, the tool system, config types and the
-//! capability traits (store, clock) other crates implement. This crate does no I/O.
+//! capability traits (store, clock) other crates implement, and the retry backoff schedule. This
+//! crate does no I/O.
 
+pub mod backoff;
 pub mod capabilities;
 pub mod clock;
 pub mod config;

@@ -437,13 +437,4 @@ impl Engine {
         }
         Ok(())
     }
-
-    /// The tool list of one round for `role`: essential, then discoverable.
-    pub(crate) fn tool_specs(&self, role: Role) -> Vec<ToolSpec> {
-        self.registry
-            .presented(role)
-            .iter()
-            .map(|tool| tool.spec())
-            .collect()
-    }
 }

@@ -13,7 +13,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use mai_core::role::Role;
-use mai_core::tool::{ToolContext, ToolDefinition, ToolError, TypedTool, Visibility};
+use mai_core::tool::{
+    Effect, Effects, ToolContext, ToolDefinition, ToolError, TypedTool, Visibility,
+};
 
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -54,7 +56,8 @@ pub(crate) async fn register(
             Role::User,
             AskUser,
         )
-        .map_err(invalid)?,
+        .map_err(invalid)?
+        .with_effects(Effect::ContactsPeople),
     );
     // 5. send_message.
     tools.push(
@@ -100,7 +103,8 @@ async fn switchable_tools(
                 Role::User,
                 SubagentTool::<AskSubagentArgs>::new(weak.clone()),
             )
-            .map_err(invalid)?,
+            .map_err(invalid)?
+            .with_effects(Effect::NestsAgents),
         );
         tools.push(
             ToolDefinition::typed(
@@ -112,7 +116,8 @@ async fn switchable_tools(
                 Role::User,
                 SubagentTool::<AskSubagentsArgs>::new(weak),
             )
-            .map_err(invalid)?,
+            .map_err(invalid)?
+            .with_effects(Effect::NestsAgents),
         );
     }
     // 8. Command execution.
@@ -122,12 +127,17 @@ async fn switchable_tools(
     Ok(tools)
 }
 
-/// Whether `name` is one of [`switchable_tools`] (`call_*` names are reserved for plugin APIs).
-fn is_switchable(name: &str) -> bool {
-    matches!(
-        name,
-        ASK_SUBAGENT | ASK_SUBAGENTS | mai_tools::shell::RUN_COMMAND
-    ) || name.starts_with(mai_tools::plugin_api::PREFIX)
+/// The effects of the tools [`switchable_tools`] builds: a tool with one of them is governed by
+/// a hot-reloaded switch (`[plugin_api] allowlist`, `[subagent] enabled`, `[shell] enabled`).
+const SWITCHABLE: Effects = Effects::of(&[
+    Effect::CallsPluginApis,
+    Effect::NestsAgents,
+    Effect::RunsCommands,
+]);
+
+/// Whether `tool` is one of [`switchable_tools`], by its effects.
+fn is_switchable(tool: &ToolDefinition) -> bool {
+    tool.effects().intersects(SWITCHABLE)
 }
 
 /// After a config reload: swaps the switchable tools for what the new config enables, in one
@@ -137,7 +147,7 @@ pub(crate) async fn resync_switchable(engine: &Arc<Engine>) -> Result<(), Engine
     let config = engine.config.config();
     let tools = switchable_tools(engine, &config).await?;
     engine.registry.edit(|edit| {
-        edit.retain(|tool| !is_switchable(tool.name()));
+        edit.retain(|tool| !is_switchable(tool));
         edit.insert_after(mai_tools::send_message::SEND_MESSAGE, tools);
     });
     Ok(())

@@ -409,6 +409,11 @@ impl Engine {
         reference: &str,
     ) -> Result<TaskHistory, EngineError> {
         let task = self.resolve(caller, reference).await?;
+        self.history_of(task).await
+    }
+
+    /// [`Engine::history`] of a task already resolved (the planner resolves in its stream).
+    pub(crate) async fn history_of(&self, task: TaskRecord) -> Result<TaskHistory, EngineError> {
         let entries = self.store.history(task.id, 0).await?;
         Ok(TaskHistory {
             status_log: task.status_log.clone(),
@@ -602,6 +607,11 @@ impl Engine {
                 self.schedule_timers.disarm(task.id);
                 self.queue.remove(task.id);
                 self.forget_question(task.id);
+                // A run still sending the question it now waits on stops too, so the send
+                // stops retrying.
+                if let Some(control) = lock(&self.running).get(&task.id).cloned() {
+                    control.stop(reason);
+                }
                 return Ok(task);
             }
             // It changed under us (dispatched, answered, finished): look again.

@@ -8,16 +8,16 @@
 
 use std::time::Duration;
 
-use rand::Rng;
 use serde_json::json;
 
+use mai_core::backoff::Backoff;
 use mai_core::host::Delivery;
 use mai_core::ids::StreamId;
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
 use mai_core::store::SaveOutcome;
 use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus};
 
-use crate::engine::{Engine, RunControl, StopReason};
+use crate::engine::{Engine, RunControl, StopReason, lock};
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
 use crate::runner::RunEnd;
@@ -25,6 +25,9 @@ use crate::splitter;
 
 /// How long a polish may take before the original text is sent instead.
 const POLISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest wait between send attempts, as a multiple of `[send] retry_base_ms`.
+const MAX_SEND_WAIT_FACTOR: u32 = 1 << 10;
 
 impl Engine {
     /// When the text needs no polish (raw, or polish off), splits it into its final parts now,
@@ -219,10 +222,12 @@ impl Engine {
         Ok(response.message.content)
     }
 
-    /// Sends one part, retrying with exponential backoff and jitter. A send the host reports as
-    /// not delivered counts as a failure. Every attempt carries the same `part_id`. A host may
-    /// hold a part while it cannot deliver (the MaiBot host waits for its bridge): that wait is
-    /// inside one attempt and costs no retry.
+    /// Sends one part, retrying by the shared [`Backoff`]: `[send] retry_base_ms`, doubling, at
+    /// most 1,024 times that. A send the host reports as not delivered counts as a failure.
+    /// Every attempt carries the same `part_id`. A host may hold a part while it cannot deliver
+    /// (the MaiBot host waits for its bridge): that wait is inside one attempt and costs no
+    /// retry. Once the task's run is stopped (cancel, pause, timeout) or the service stops, no
+    /// further attempt starts and a wait for one ends at once; an attempt in flight finishes.
     pub(crate) async fn send_with_retries(
         &self,
         task_id: TaskId,
@@ -231,14 +236,26 @@ impl Engine {
         part_id: &str,
     ) -> Result<(), String> {
         let send = self.config.config().send.clone();
+        let base = Duration::from_millis(send.retry_base_ms);
+        let backoff = Backoff::new(base, base.saturating_mul(MAX_SEND_WAIT_FACTOR));
+        let run = lock(&self.running)
+            .get(&task_id)
+            .map(|control| control.token.clone())
+            .unwrap_or_default();
         let mut last_error = String::new();
         for attempt in 0..=send.max_retries {
             if attempt > 0 {
-                let base = send
-                    .retry_base_ms
-                    .saturating_mul(1 << (attempt - 1).min(10));
-                let jitter = rand::rng().random_range(0..=base / 2);
-                tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+                let stopped = tokio::select! {
+                    () = run.cancelled() => true,
+                    () = self.shutdown.cancelled() => true,
+                    () = tokio::time::sleep(backoff.delay(attempt - 1)) => false,
+                };
+                if stopped {
+                    return Err(format!(
+                        "stopped retrying the send to stream {stream} after {attempt} attempts \
+                         (the task or the service stopped): {last_error}"
+                    ));
+                }
             }
             match self.host.send_part(stream, part, part_id).await {
                 Ok(Delivery::Sent) => {

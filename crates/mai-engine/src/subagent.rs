@@ -1,8 +1,8 @@
-//! Sub-agents (SYSTEM.md §5.7): synchronous helper loops inside one tool call.
+//! Sub-agents (see docs/design.md, Sub-agents): synchronous helper loops inside one tool call.
 //!
-//! A sub-agent sees the parent's role-visible tools minus everything that talks to people,
-//! manages tasks, nests, runs commands or calls host plugins; a requested `tools` list must be a
-//! subset of that. Every call is checked against the allowed set again at execution, so a
+//! A sub-agent sees the parent's role-visible tools minus every tool whose effects include
+//! contacting people, managing tasks, nesting agents, running commands or calling host plugins
+//! ([`REFUSED_TO_SUBAGENTS`]); a requested `tools` list must be a subset of that. Every call is checked against the allowed set again at execution, so a
 //! disallowed name never reaches the registry. Nothing is persisted; cancelling the parent
 //! stops its sub-agents before their next round.
 
@@ -12,30 +12,40 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolSpec};
-use mai_core::tool::{OutcomeKind, ToolContext, ToolError, ToolOutcome};
+use mai_core::role::Role;
+use mai_core::tool::{
+    Effect, Effects, OutcomeKind, ToolContext, ToolDefinition, ToolError, ToolOutcome,
+};
 
 use crate::agent_loop::{MAX_TOOL_RESULT_CHARS, bound_tool_calls};
-use crate::builtin_tools::{ASK_SUBAGENT, ASK_SUBAGENTS, ASK_USER};
 use crate::engine::Engine;
 use crate::prompts::PromptName;
 use crate::truncate::head_tail;
 
-/// Tools a sub-agent never gets.
-const EXCLUDED: [&str; 9] = [
-    ASK_USER,
-    "send_message",
-    "list_my_tasks",
-    "create_subtask",
-    "inject_task",
-    "cancel_task",
-    ASK_SUBAGENT,
-    ASK_SUBAGENTS,
-    "run_command",
-];
+/// A sub-agent never gets a tool with any of these effects.
+pub const REFUSED_TO_SUBAGENTS: Effects = Effects::of(&[
+    Effect::ContactsPeople,
+    Effect::ManagesTasks,
+    Effect::NestsAgents,
+    Effect::RunsCommands,
+    Effect::CallsPluginApis,
+]);
 
-/// Whether a sub-agent may ever use a tool of this name.
-pub fn excluded_from_subagents(name: &str) -> bool {
-    EXCLUDED.contains(&name) || name.starts_with("call_")
+/// Whether a sub-agent may ever use `tool`, by its effects.
+pub fn open_to_subagents(tool: &ToolDefinition) -> bool {
+    !tool.effects().intersects(REFUSED_TO_SUBAGENTS)
+}
+
+/// The tools a sub-agent of a `role` caller may use: the role's tools, in round order, that are
+/// [`open_to_subagents`].
+fn subagent_tools(engine: &Engine, role: Role) -> Vec<ToolSpec> {
+    engine
+        .registry
+        .presented(role)
+        .iter()
+        .filter(|tool| open_to_subagents(tool))
+        .map(|tool| tool.spec())
+        .collect()
 }
 
 pub(crate) struct SubagentRequest {
@@ -62,12 +72,8 @@ pub(crate) async fn ask(
         )));
     }
     let role = ctx.role();
-    let visible: Vec<ToolSpec> = engine.tool_specs(role);
-    let mut allowed: HashSet<String> = visible
-        .iter()
-        .map(|t| t.name.clone())
-        .filter(|name| !excluded_from_subagents(name))
-        .collect();
+    let visible = subagent_tools(engine, role);
+    let mut allowed: HashSet<String> = visible.iter().map(|t| t.name.clone()).collect();
     if let Some(requested) = &request.tools {
         let refused: Vec<&str> = requested
             .iter()

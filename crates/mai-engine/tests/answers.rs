@@ -193,3 +193,68 @@ async fn the_runtime_before_a_question_is_saved_with_the_waiting_state() {
     );
     let _ = clock.now();
 }
+
+/// An engine whose only slot runs a task asking a question that cannot be sent: every send
+/// fails and the next retry is an hour away. Returns once the first attempt has failed.
+async fn asking_into_a_failing_channel() -> (Harness, TaskRecord) {
+    let mut config = test_config();
+    config.task.max_concurrent_tasks = 1;
+    config.send.max_retries = 100;
+    config.send.retry_base_ms = 3_600_000;
+    let h = Harness::start(config, asking_model()).await;
+    h.host
+        .failing_sends
+        .store(1_000_000, std::sync::atomic::Ordering::SeqCst);
+    let task = h
+        .engine
+        .create(
+            &caller("user", Role::User, "s1"),
+            CreateTask::agent("check disk"),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        h.host.send_failed.notified(),
+    )
+    .await
+    .expect("the question's first send attempt");
+    (h, task)
+}
+
+#[tokio::test]
+async fn a_failing_question_send_stops_retrying_as_soon_as_its_task_is_cancelled() {
+    let (mut h, asking) = asking_into_a_failing_channel().await;
+    let alice = caller("user", Role::User, "s1");
+    h.engine
+        .cancel(&alice, &asking.id.to_string())
+        .await
+        .unwrap();
+    h.wait_status(asking.id, TaskStatus::Cancelled).await;
+    // The only slot frees up at once: the run did not sit out its hour-long retry wait.
+    let next = h
+        .engine
+        .create(&caller("user", Role::User, "s2"), CreateTask::agent("next"))
+        .await
+        .unwrap();
+    h.wait_status(next.id, TaskStatus::Running).await;
+    let attempts = h.host.failed_sends.lock().unwrap().clone();
+    assert_eq!(
+        attempts.iter().filter(|s| *s == "s1").count(),
+        1,
+        "one attempt, no retry after the cancel: {attempts:?}"
+    );
+    assert_eq!(
+        record(&h.engine, asking.id).await.status,
+        TaskStatus::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_failing_question_send_stops_retrying_when_the_service_stops() {
+    let (h, _asking) = asking_into_a_failing_channel().await;
+    tokio::time::timeout(std::time::Duration::from_secs(20), h.engine.stop())
+        .await
+        .expect("stop does not wait out the send's retries");
+    assert_eq!(*h.host.failed_sends.lock().unwrap(), ["s1"]);
+}

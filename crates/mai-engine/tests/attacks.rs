@@ -67,33 +67,9 @@ async fn a_user_task_cannot_escalate_through_any_tool() {
             None => ChatResponse::text("gave up"),
         })
     });
-    let mut config = test_config();
-    config.shell.enabled = true;
-    config.plugin_api.allowlist = vec!["weather.today".into()];
-    let host = Arc::new(RecordingHost {
-        apis: vec![PluginApi {
-            name: "weather.today".into(),
-            description: "weather".into(),
-            plugin: "weather".into(),
-        }],
-        ..RecordingHost::default()
-    });
-    let engine = Engine::new(EngineDeps {
-        store: Arc::new(
-            mai_store::SqliteStore::open(&dir.path().join("t.db"))
-                .await
-                .unwrap(),
-        ),
-        model: model.clone(),
-        host: host.clone(),
-        registry: Arc::new(ToolRegistry::new()),
-        config: Arc::new(mai_core::config::LiveConfig::new(config).unwrap()),
-        prompts: Arc::new(mai_engine::prompts::Prompts::embedded()),
-        clock: Arc::new(SystemClock),
-        files_root: Some(dir.path().join("files")),
-    })
-    .await
-    .unwrap();
+    let host = Arc::new(host_with_weather_api());
+    let engine =
+        engine_with_every_tool(dir.path(), test_config(), model.clone(), host.clone()).await;
     assert!(
         engine.registry().get("run_command").is_some()
             && engine.registry().get("call_weather_today").is_some()

@@ -18,11 +18,12 @@ use mai_core::ids::StreamId;
 use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskStatus, Trigger};
-use mai_core::tool::{ToolOutcome, ToolRegistry};
+use mai_core::tool::{Effect, Effects, ToolOutcome, ToolRegistry};
 use mai_engine::events::TaskEvent;
 use mai_engine::manager::{Caller, CreateTask};
 use mai_engine::planner::{
-    PLANNER_TOOLS, PlannerVisibility, call_planner_tool, planner_registry, planner_visibility,
+    PLANNER_TOOLS, PlannerVisibility, REFUSED_TO_PLANNER, call_planner_tool, planner_registry,
+    planner_visibility,
 };
 use serde_json::{Value, json};
 
@@ -49,6 +50,22 @@ fn error_of(outcome: &ToolOutcome) -> String {
 fn id_of(outcome: &ToolOutcome) -> TaskId {
     assert!(outcome.is_ok(), "{:?}", outcome.value);
     outcome.value["id"].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn every_planner_tool_says_what_it_does_and_none_may_touch_the_machine() {
+    let (_harness, registry) = planner(None).await;
+    for tool in registry.all() {
+        let expected: Effects = match tool.name() {
+            name if name.starts_with("subagent_") => Effect::ManagesTasks.into(),
+            "send_message" => Effect::ContactsPeople.into(),
+            "search_users" => Effect::ReadsChats.into(),
+            "list_mcp_tools" | "call_mcp_tool" => Effect::CallsMcp.into(),
+            other => panic!("unexpected planner tool {other}"),
+        };
+        assert_eq!(tool.effects(), expected, "{}", tool.name());
+        assert!(!tool.effects().intersects(REFUSED_TO_PLANNER));
+    }
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use mai_core::model::{ChatRequest, ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::TaskStatus;
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
+    Effect, Effects, ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
 use mai_engine::manager::CreateTask;
 use serde_json::{Value, json};
@@ -55,29 +55,38 @@ impl ToolHandler for Counting {
     }
 }
 
-/// Tools: `lookup` (user), `send_message` (user, excluded from sub-agents), `call_weather`
-/// (admin, excluded), all counting their runs.
+/// Tools: `lookup` (user), `send_message` (user, contacts people: excluded from sub-agents),
+/// `call_weather` (admin, calls a plugin API: excluded), all counting their runs.
 fn tools() -> (Arc<ToolRegistry>, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let registry = Arc::new(ToolRegistry::new());
-    for (name, role) in [
-        ("lookup", Role::User),
-        ("send_message", Role::User),
-        ("call_weather", Role::Admin),
+    for (name, role, effects) in [
+        ("lookup", Role::User, Effects::NONE),
+        ("send_message", Role::User, Effect::ContactsPeople.into()),
+        ("call_weather", Role::Admin, Effect::CallsPluginApis.into()),
     ] {
-        registry.register(
-            ToolDefinition::new(
-                name,
-                "test",
-                json!({"type": "object"}),
-                Visibility::Discoverable,
-                role,
-                Arc::new(Counting(runs.clone())),
-            )
-            .unwrap(),
-        );
+        registry.register(counting_tool(name, role, effects, &runs));
     }
     (registry, runs)
+}
+
+/// A tool that counts its runs in `runs`.
+fn counting_tool(
+    name: &str,
+    role: Role,
+    effects: Effects,
+    runs: &Arc<AtomicUsize>,
+) -> ToolDefinition {
+    ToolDefinition::new(
+        name,
+        "test",
+        json!({"type": "object"}),
+        Visibility::Discoverable,
+        role,
+        Arc::new(Counting(runs.clone())),
+    )
+    .unwrap()
+    .with_effects(effects)
 }
 
 async fn run_parent(
@@ -398,4 +407,67 @@ async fn cancelling_the_parent_stops_its_subagents() {
         before,
         "no sub-agent round after the cancel"
     );
+}
+
+/// The names sub-agents were refused by before tools carried effects: the tag filter must refuse
+/// exactly these (and every `call_*` plugin API tool), no more and no fewer.
+const REFUSED_BY_NAME_BEFORE: [&str; 9] = [
+    "ask_user",
+    "send_message",
+    "list_my_tasks",
+    "create_subtask",
+    "inject_task",
+    "cancel_task",
+    "ask_subagent",
+    "ask_subagents",
+    "run_command",
+];
+
+#[tokio::test]
+async fn over_the_real_registry_the_effect_filter_refuses_exactly_what_the_name_list_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_with_every_tool(
+        dir.path(),
+        test_config(),
+        RuleModel::new(|_| Ok(ChatResponse::text("unused"))),
+        Arc::new(host_with_weather_api()),
+    )
+    .await;
+    let registry = engine.registry();
+    let names: Vec<String> = registry.all().iter().map(|t| t.name().to_owned()).collect();
+    for expected in REFUSED_BY_NAME_BEFORE.iter().chain(&[
+        "call_weather_today",
+        "read",
+        "write",
+        "search_memory",
+    ]) {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing: {names:?}"
+        );
+    }
+    for tool in registry.all() {
+        let name = tool.name();
+        let refused_before = REFUSED_BY_NAME_BEFORE.contains(&name) || name.starts_with("call_");
+        assert_eq!(
+            mai_engine::subagent::open_to_subagents(&tool),
+            !refused_before,
+            "{name} ({:?})",
+            tool.effects()
+        );
+    }
+}
+
+#[test]
+fn an_external_tool_is_filtered_by_its_effects_not_its_name() {
+    let runs = Arc::default();
+    let tool = |name: &str, effects: Effects| counting_tool(name, Role::User, effects, &runs);
+    let open = mai_engine::subagent::open_to_subagents;
+    // An MCP tool that messages people is refused although no list names it…
+    let notify = Effects::of(&[Effect::CallsMcp, Effect::ContactsPeople]);
+    assert!(!open(&tool("mcp_chat_notify", notify)));
+    // …one that only calls its server is open, whatever it is called.
+    assert!(open(&tool("mcp_search_query", Effect::CallsMcp.into())));
+    assert!(open(&tool("call_lookalike", Effect::CallsMcp.into())));
+    assert!(!open(&tool("plain_name", Effect::CallsPluginApis.into())));
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mai_core::backoff::Backoff;
 use mai_core::config::McpServerConfig;
 use mai_core::role::{Role, require};
 use rmcp::model::{CallToolRequestParams, Tool};
@@ -36,7 +37,8 @@ pub struct ManagerOptions {
     pub startup_cap: Duration,
     /// Characters of result text handed to the model per call.
     pub max_result_chars: usize,
-    /// First delay before restarting a crashed server; doubles per failed attempt.
+    /// First delay before restarting a crashed server; doubles per failed attempt up to
+    /// `restart_backoff_max` (the shared [`Backoff`] policy).
     pub restart_backoff: Duration,
     pub restart_backoff_max: Duration,
     /// Consecutive failed restarts after which the server is left `failed`.
@@ -519,10 +521,8 @@ async fn supervise(manager: std::sync::Weak<Inner>, slot: Arc<ServerSlot>) {
             return;
         }
         let options = manager_options(&manager);
-        let delay = options
-            .restart_backoff
-            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1)))
-            .min(options.restart_backoff_max);
+        let delay =
+            Backoff::new(options.restart_backoff, options.restart_backoff_max).delay(failures - 1);
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = slot.stop.cancelled() => break,

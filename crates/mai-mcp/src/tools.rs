@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
 use serde_json::{Value, json};
 
@@ -111,4 +111,5 @@ fn definition(
             raw_name: tool.raw_name.clone(),
         }),
     )
+    .map(|definition| definition.with_effects(Effect::CallsMcp))
 }

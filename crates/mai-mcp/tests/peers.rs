@@ -13,7 +13,7 @@ use mai_core::config::{Config, McpServerConfig, McpTransport};
 use mai_core::ids::StreamId;
 use mai_core::role::Role;
 use mai_core::task::TaskId;
-use mai_core::tool::{FixedRole, OutcomeKind, ToolContext, ToolRegistry};
+use mai_core::tool::{Effect, FixedRole, OutcomeKind, ToolContext, ToolRegistry};
 use mai_mcp::{ManagerOptions, McpManager, ServerState, apply_to_registry};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -728,6 +728,13 @@ async fn registry_integration_and_config_reload() {
     let report = apply_to_registry(&manager, &registry);
     assert!(report.refused.is_empty(), "{report:?}");
     assert!(registry.get("mcp_paged_tool_00").is_some());
+    assert!(
+        registry
+            .all()
+            .iter()
+            .all(|t| t.effects() == Effect::CallsMcp.into()),
+        "every MCP tool says it calls an MCP server (and nothing else)"
+    );
     assert!(
         registry
             .list_discoverable(Role::User)

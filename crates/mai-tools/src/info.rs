@@ -17,10 +17,10 @@ use mai_core::host::{ChatTarget, Host, HostError, MemoryMode, MemoryQuery, Strea
 use mai_core::ids::StreamId;
 use mai_core::role::{Role, require};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::reach::{Reach, check_reach};
@@ -49,35 +49,40 @@ pub fn info_tools(host: Arc<dyn Host>) -> Result<Vec<ToolDefinition>, ToolDefini
             Visibility::Discoverable,
             Role::Guest,
             SearchMemory(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "fetch_history",
             FETCH_HISTORY,
             Visibility::Discoverable,
             Role::Guest,
             FetchHistory(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "query_person",
             QUERY_PERSON,
             Visibility::Discoverable,
             Role::Guest,
             QueryPerson(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "search_users",
             SEARCH_USERS,
             Visibility::Discoverable,
             Role::Guest,
             SearchUsers(Arc::clone(&host)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
         ToolDefinition::typed(
             "get_frequency",
             GET_FREQUENCY,
             Visibility::Discoverable,
             Role::Guest,
             GetFrequency(host),
-        )?,
+        )?
+        .with_effects(Effect::ReadsChats),
     ])
 }
 
@@ -249,22 +254,34 @@ impl TypedTool for QueryPerson {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+/// Which chats `search_users` looks for.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-enum ChatType {
+pub enum ChatType {
     Group,
     Private,
+}
+
+// The search both channels offer (the planner's `search_users` takes exactly this; the agent
+// loop's adds `keywords`). No doc comment: it would become the schema's description.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct UserSearch {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword: Option<String>,
+    /// Default: both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_type: Option<ChatType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SearchUsersArgs {
-    keyword: Option<String>,
+    #[serde(flatten)]
+    search: UserSearch,
     /// Any of them may match.
     keywords: Option<Vec<String>>,
-    /// Default: both.
-    chat_type: Option<ChatType>,
-    platform: Option<String>,
 }
 
 struct SearchUsers(Arc<dyn Host>);
@@ -273,11 +290,13 @@ impl TypedTool for SearchUsers {
     type Args = SearchUsersArgs;
 
     async fn call(&self, ctx: &ToolContext, args: SearchUsersArgs) -> Result<Value, ToolError> {
+        let SearchUsersArgs { search, keywords } = args;
+        let given = keywords;
         let mut keywords: Vec<String> = Vec::new();
-        for keyword in args
+        for keyword in search
             .keyword
             .into_iter()
-            .chain(args.keywords.into_iter().flatten())
+            .chain(given.into_iter().flatten())
         {
             let keyword = keyword.trim();
             if !keyword.is_empty() && !keywords.iter().any(|k| k == keyword) {
@@ -287,11 +306,11 @@ impl TypedTool for SearchUsers {
         // No keyword (the planner's schema makes it optional): the most recently active chats.
         let query = UserQuery {
             keywords,
-            chat_type: args.chat_type.map(|t| match t {
+            chat_type: search.chat_type.map(|t| match t {
                 ChatType::Group => "group".to_owned(),
                 ChatType::Private => "private".to_owned(),
             }),
-            platform: non_empty(args.platform),
+            platform: non_empty(search.platform),
             limit: ctx.config().search.max_results.max(1) as usize,
         };
         let hits = self

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use mai_core::host::{Host, HostError, PluginApi};
 use mai_core::role::{Role, require};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
     validate_tool_name,
 };
 use schemars::JsonSchema;
@@ -68,16 +68,19 @@ pub async fn plugin_api_tools(
             tracing::warn!(api = %api.name, tool = %name, "plugin API skipped: tool name taken");
             continue;
         }
-        tools.push(ToolDefinition::typed(
-            name,
-            description(&api),
-            Visibility::Discoverable,
-            Role::Admin,
-            CallApi {
-                host: Arc::clone(&host),
-                api: api.name,
-            },
-        )?);
+        tools.push(
+            ToolDefinition::typed(
+                name,
+                description(&api),
+                Visibility::Discoverable,
+                Role::Admin,
+                CallApi {
+                    host: Arc::clone(&host),
+                    api: api.name,
+                },
+            )?
+            .with_effects(Effect::CallsPluginApis),
+        );
     }
     Ok(tools)
 }

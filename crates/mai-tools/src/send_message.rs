@@ -29,10 +29,10 @@ use mai_core::host::{ChatTarget, Host};
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::{Role, require};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::reach::{Reach, check_reach};
@@ -56,32 +56,47 @@ pub fn send_message_tool(
         Role::User,
         SendMessage { host, messenger },
     )
+    .map(|tool| tool.with_effects(Effect::ContactsPeople))
 }
 
-// No `deny_unknown_fields`: hosts add `chat_id` (and may add other context keys). No doc comment
-// here either: it would become the schema's description.
+// The message and its target, as both channels take them (the planner's `send_message` takes
+// exactly this; the agent loop's adds `relay`). No `deny_unknown_fields`: hosts add `chat_id`
+// (and may add other context keys). No doc comment either: it would become the schema's
+// description.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Message {
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// For group_id/user_id; default: this chat's platform.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// Rewrite in the bot's style (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub polish: Option<bool>,
+    /// Split long text into several messages (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<bool>,
+    /// Host-only: the current conversation, injected by the host.
+    #[schemars(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_id: Option<String>,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 struct SendMessageArgs {
-    text: String,
-    stream_id: Option<String>,
-    group_id: Option<String>,
-    user_id: Option<String>,
-    /// For group_id/user_id; default: this chat's platform.
-    platform: Option<String>,
-    /// Rewrite in the bot's style (default true).
-    polish: Option<bool>,
-    /// Split long text into several messages (default true).
-    split: Option<bool>,
+    #[serde(flatten)]
+    message: Message,
     /// Passing on the words of the person you act for: sent under their name, unpolished.
     relay: Option<bool>,
     /// Replaced by `relay`: any value relays in the requester's name; the name given is ignored.
     #[schemars(skip)]
     #[serde(default)]
     on_behalf_of: Option<String>,
-    /// Host-only: the current conversation, injected by the host.
-    #[schemars(skip)]
-    #[serde(default)]
-    chat_id: Option<String>,
 }
 
 struct SendMessage {
@@ -94,6 +109,11 @@ impl TypedTool for SendMessage {
 
     async fn call(&self, ctx: &ToolContext, args: SendMessageArgs) -> Result<Value, ToolError> {
         require(ctx.role(), Role::User).map_err(ToolError::new)?;
+        let SendMessageArgs {
+            message: args,
+            relay,
+            on_behalf_of,
+        } = args;
         let text = args.text.trim();
         if text.is_empty() {
             return Err(ToolError::new("text is empty; write the message to send"));
@@ -106,7 +126,7 @@ impl TypedTool for SendMessage {
         })
         .map_err(ToolError::new)?;
         let platform = non_empty(args.platform).unwrap_or_else(|| ctx.platform().to_owned());
-        let relay = args.relay.unwrap_or(false) || non_empty(args.on_behalf_of).is_some();
+        let relay = relay.unwrap_or(false) || non_empty(on_behalf_of).is_some();
         let stream = match target {
             Target::Stream(id) => StreamId::new(id).map_err(ToolError::new)?,
             Target::Chat(chat) => self.host.open_stream(&platform, &chat).await.map_err(|e| {

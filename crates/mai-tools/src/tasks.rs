@@ -13,7 +13,7 @@ use mai_core::capabilities::TaskControl;
 use mai_core::role::{Role, require};
 use mai_core::task::{TaskLevel, TaskRecord};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -41,28 +41,32 @@ pub fn task_tools(
             Visibility::Discoverable,
             Role::User,
             ListMyTasks(Arc::clone(&control)),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
         ToolDefinition::typed(
             "create_subtask",
             CREATE_SUBTASK,
             Visibility::Discoverable,
             Role::User,
             CreateSubtask(Arc::clone(&control)),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
         ToolDefinition::typed(
             "inject_task",
             INJECT_TASK,
             Visibility::Discoverable,
             Role::User,
             InjectTask(Arc::clone(&control)),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
         ToolDefinition::typed(
             "cancel_task",
             CANCEL_TASK,
             Visibility::Discoverable,
             Role::User,
             CancelTask(control),
-        )?,
+        )?
+        .with_effects(Effect::ManagesTasks),
     ])
 }
 
@@ -87,13 +91,23 @@ impl TypedTool for ListMyTasks {
     }
 }
 
-/// The level names the model uses.
+/// The level names the model uses (the planner's `subagent_create` and `subagent_schedule` take
+/// them too).
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-enum Level {
+pub enum Level {
     #[default]
     Agent,
     Instant,
+}
+
+impl From<Level> for TaskLevel {
+    fn from(level: Level) -> Self {
+        match level {
+            Level::Agent => TaskLevel::Agent,
+            Level::Instant => TaskLevel::Instant,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -113,10 +127,7 @@ impl TypedTool for CreateSubtask {
     async fn call(&self, ctx: &ToolContext, args: CreateSubtaskArgs) -> Result<Value, ToolError> {
         require_user(ctx)?;
         let intent = required("intent", &args.intent)?;
-        let level = match args.level.unwrap_or_default() {
-            Level::Agent => TaskLevel::Agent,
-            Level::Instant => TaskLevel::Instant,
-        };
+        let level = args.level.unwrap_or_default().into();
         let task = self
             .0
             .create_subtask(ctx, intent, level)

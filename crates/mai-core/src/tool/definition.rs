@@ -1,5 +1,5 @@
 //! A tool's definition: its name, what the model reads about it, its argument schema, who may
-//! call it, and the handler that runs it.
+//! call it, what it does (its effects), and the handler that runs it.
 //!
 //! The schema is compiled once, here, so validation on every call costs no parsing. Typed tools
 //! ([`TypedTool`]) derive their schema from the argument struct, so schema and parsing cannot
@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::context::ToolContext;
+use super::effect::Effects;
 use crate::role::Role;
 
 /// Whether a tool is always in the model's tool list or one of the role-filtered extras.
@@ -112,6 +113,7 @@ pub struct ToolDefinition {
     parameters: Value,
     visibility: Visibility,
     min_role: Role,
+    effects: Effects,
     handler: Arc<dyn ToolHandler>,
     validator: jsonschema::Validator,
 }
@@ -146,6 +148,7 @@ impl ToolDefinition {
             parameters,
             visibility,
             min_role,
+            effects: Effects::NONE,
             handler,
             validator,
         })
@@ -190,6 +193,17 @@ impl ToolDefinition {
         self.min_role
     }
 
+    /// What the tool does (see [`super::Effect`]); filters read this, never the name.
+    pub fn effects(&self) -> Effects {
+        self.effects
+    }
+
+    /// The definition with `effects` as its effects; set where the tool is built.
+    pub fn with_effects(mut self, effects: impl Into<Effects>) -> Self {
+        self.effects = effects.into();
+        self
+    }
+
     /// The tool as presented to a model in a request's tool list.
     pub fn spec(&self) -> crate::model::ToolSpec {
         crate::model::ToolSpec {
@@ -214,6 +228,7 @@ impl fmt::Debug for ToolDefinition {
             .field("name", &self.name)
             .field("visibility", &self.visibility)
             .field("min_role", &self.min_role)
+            .field("effects", &self.effects)
             .finish_non_exhaustive()
     }
 }

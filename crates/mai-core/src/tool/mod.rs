@@ -1,5 +1,6 @@
-//! The tool system (docs/design.md, "Tools"): definitions, the role-gated registry, argument
-//! validation, the context every handler receives, and the synthetic discovery fallback.
+//! The tool system (docs/design.md, "Tools"): definitions and their effects, the role-gated
+//! registry, argument validation, the context every handler receives, and the synthetic
+//! discovery fallback.
 //!
 //! Three gates share one comparison ([`crate::role::require`]): presentation (the registry's
 //! per-role lists), execution ([`ToolRegistry::execute`] checks again and never runs a refused
@@ -8,6 +9,7 @@
 mod context;
 mod definition;
 pub mod discovery;
+mod effect;
 mod outcome;
 mod registry;
 mod validation;
@@ -17,6 +19,7 @@ pub use definition::{
     ToolDefinition, ToolDefinitionError, ToolError, ToolHandler, TypedTool, Visibility,
     validate_tool_name,
 };
+pub use effect::{Effect, Effects};
 pub use outcome::{OutcomeKind, ToolOutcome};
 pub use registry::{RegistryEdit, ToolRegistry};
 pub use validation::{MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH};

@@ -18,7 +18,7 @@ use super::lazy;
 use mai_core::capabilities::McpProxy;
 use mai_core::role::Role;
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 
 const LIST: &str = "List the tools of the configured external MCP servers (server, tool, \
@@ -45,14 +45,16 @@ pub(super) fn mcp_tools(
                 let mcp = mcp.clone();
                 lazy(move || ListMcpTools(mcp.clone()))
             },
-        )?,
+        )?
+        .with_effects(Effect::CallsMcp),
         ToolDefinition::typed(
             "call_mcp_tool",
             CALL,
             Visibility::Discoverable,
             Role::Guest,
             lazy(move || CallMcpTool(mcp.clone())),
-        )?,
+        )?
+        .with_effects(Effect::CallsMcp),
     ])
 }
 

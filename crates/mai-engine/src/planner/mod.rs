@@ -1,5 +1,5 @@
-//! The planner channel (SYSTEM.md §7): the 11 tools the host's planner sees, as a registry of
-//! their own, separate from the agent-loop registry.
+//! The planner channel (see docs/design.md, The planner): the 11 tools the host's planner sees,
+//! as a registry of their own, separate from the agent-loop registry.
 //!
 //! These are adapters: the `subagent_*` tools go through the task manager facade, `search_users`
 //! and `send_message` run the agent-loop implementations from `mai-tools` (one implementation,
@@ -13,8 +13,9 @@
 //! always; `platform`, `group_id` and `user_id` under their own names for tools whose schema does
 //! not declare them, and as `host_platform`, `host_group_id`, `host_user_id` for tools whose
 //! schema does (`send_message`'s target). The door removes any of these keys the model wrote.
-//! Must not: expose a dangerous tool (file write, command execution), or let a model-given field
-//! widen what the host-injected `chat_id` allows.
+//! Must not: expose a dangerous tool (one whose effects include [`REFUSED_TO_PLANNER`]: file
+//! write, command execution), or let a model-given field widen what the host-injected `chat_id`
+//! allows.
 
 mod isolation;
 mod mcp_tools;
@@ -31,8 +32,8 @@ use mai_core::ids::StreamId;
 use mai_core::role::Role;
 use mai_core::task::TaskId;
 use mai_core::tool::{
-    FixedRole, OutcomeKind, ToolContext, ToolDefinition, ToolDefinitionError, ToolError,
-    ToolOutcome, ToolRegistry, TypedTool,
+    Effect, Effects, FixedRole, OutcomeKind, ToolContext, ToolDefinition, ToolDefinitionError,
+    ToolError, ToolOutcome, ToolRegistry, TypedTool,
 };
 
 use crate::engine::Engine;
@@ -80,6 +81,10 @@ pub fn planner_visibility(name: &str) -> Option<PlannerVisibility> {
         .map(|(_, visibility)| *visibility)
 }
 
+/// Effects no planner tool may have: the planner speaks for whoever is in the chat, so nothing it
+/// calls may touch the machine.
+pub const REFUSED_TO_PLANNER: Effects = Effects::of(&[Effect::RunsCommands, Effect::WritesFiles]);
+
 /// The planner registry: the 11 tools, in spec order. Handlers hold a weak reference to the
 /// engine (the caller keeps the engine alive) and build what they delegate to on first use.
 pub fn planner_registry(
@@ -94,6 +99,16 @@ pub fn planner_registry(
     tools.extend(subagent_tools::subagent_tools(weak).map_err(invalid)?);
     tools.push(shared_tools::send_message(shared).map_err(invalid)?);
     tools.extend(mcp_tools::mcp_tools(mcp).map_err(invalid)?);
+    if let Some(tool) = tools
+        .iter()
+        .find(|tool| tool.effects().intersects(REFUSED_TO_PLANNER))
+    {
+        return Err(EngineError::Internal(format!(
+            "planner tool `{}` has effects {:?}, which the planner must never expose",
+            tool.name(),
+            tool.effects()
+        )));
+    }
     let registry = ToolRegistry::new();
     registry.edit(|edit| {
         for tool in tools {

@@ -2,21 +2,22 @@
 //! `mai-tools`, reached through a private registry built on first use — one implementation,
 //! two channels, so target choosing, host context stripping and delivery cannot drift apart.
 //!
-//! The planner-facing schemas are the §7 table's (no `keywords`, no `on_behalf_of`); the
-//! handlers pass the arguments on unchanged apart from dropping keys the agent-loop tool does
-//! not take. Must not: deliver any other way than through the shared `send_message`.
+//! The planner's tools take the agent-loop tools' own argument types, without the agent loop's
+//! extras (mai-tools' `UserSearch` and `Message`: no `keywords`, no `relay`); the handlers pass
+//! the arguments on as given, minus the host keys the shared tool does not take. Must not: deliver any other way than through the shared `send_message`.
 
 use std::sync::{Arc, OnceLock, Weak};
 
-use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use mai_core::role::Role;
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, ToolRegistry, TypedTool,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, ToolRegistry, TypedTool,
     Visibility,
 };
+
+use mai_tools::info::UserSearch;
+use mai_tools::send_message::Message;
 
 use super::lazy;
 use crate::engine::Engine;
@@ -103,6 +104,7 @@ pub(super) fn search_users(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDe
         Role::Admin,
         lazy(move || SearchUsers(shared.clone())),
     )
+    .map(|tool| tool.with_effects(Effect::ReadsChats))
 }
 
 pub(super) fn send_message(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDefinitionError> {
@@ -113,99 +115,35 @@ pub(super) fn send_message(shared: Arc<Shared>) -> Result<ToolDefinition, ToolDe
         Role::Admin,
         lazy(move || SendMessage(shared.clone())),
     )
+    .map(|tool| tool.with_effects(Effect::ContactsPeople))
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum ChatType {
-    Group,
-    Private,
-}
-
-// No doc comments on the args structs (they would become the schema's description) and no
-// `deny_unknown_fields` (hosts add context keys such as `chat_id`).
-#[derive(Debug, Deserialize, JsonSchema)]
-struct SearchUsersArgs {
-    /// A name, nickname or id (part of it is enough).
-    keyword: Option<String>,
-    /// Default: both.
-    chat_type: Option<ChatType>,
-    platform: Option<String>,
-}
-
+// The planner's tools take the agent-loop tools' own argument types (without the agent loop's
+// extras: `keywords`, `relay`), so the two channels' schemas cannot drift apart.
 struct SearchUsers(Arc<Shared>);
 
 impl TypedTool for SearchUsers {
-    type Args = SearchUsersArgs;
+    type Args = UserSearch;
 
-    async fn call(&self, ctx: &ToolContext, args: SearchUsersArgs) -> Result<Value, ToolError> {
-        let mut forwarded = Map::new();
-        if let Some(keyword) = args.keyword {
-            forwarded.insert("keyword".into(), keyword.into());
-        }
-        if let Some(chat_type) = args.chat_type {
-            let name = match chat_type {
-                ChatType::Group => "group",
-                ChatType::Private => "private",
-            };
-            forwarded.insert("chat_type".into(), name.into());
-        }
-        if let Some(platform) = args.platform {
-            forwarded.insert("platform".into(), platform.into());
-        }
-        self.0
-            .run("search_users", Value::Object(forwarded), ctx)
-            .await
+    async fn call(&self, ctx: &ToolContext, args: UserSearch) -> Result<Value, ToolError> {
+        self.0.run("search_users", forwarded(&args)?, ctx).await
     }
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct SendMessageArgs {
-    text: String,
-    stream_id: Option<String>,
-    group_id: Option<String>,
-    user_id: Option<String>,
-    /// For group_id/user_id; default: this chat's platform.
-    platform: Option<String>,
-    /// Rewrite in the bot's style (default true).
-    polish: Option<bool>,
-    /// Split long text into several messages (default true).
-    split: Option<bool>,
-    /// Host-only: the current conversation, injected by the host.
-    #[schemars(skip)]
-    #[serde(default)]
-    chat_id: Option<String>,
 }
 
 struct SendMessage(Arc<Shared>);
 
 impl TypedTool for SendMessage {
-    type Args = SendMessageArgs;
+    type Args = Message;
 
-    async fn call(&self, ctx: &ToolContext, args: SendMessageArgs) -> Result<Value, ToolError> {
-        let mut forwarded = Map::new();
-        forwarded.insert("text".into(), args.text.into());
-        let optional_strings = [
-            ("stream_id", args.stream_id),
-            ("group_id", args.group_id),
-            ("user_id", args.user_id),
-            ("platform", args.platform),
-            ("chat_id", args.chat_id.clone()),
-        ];
-        for (key, value) in optional_strings {
-            if let Some(value) = value {
-                forwarded.insert(key.into(), value.into());
-            }
-        }
-        for (key, value) in [("polish", args.polish), ("split", args.split)] {
-            if let Some(value) = value {
-                forwarded.insert(key.into(), value.into());
-            }
-        }
+    async fn call(&self, ctx: &ToolContext, args: Message) -> Result<Value, ToolError> {
         // The sender is the planner of the current conversation (the host's chat_id), acting
         // for the speaker; the target is chosen by the shared tool, under the speaker's reach.
-        self.0
-            .run("send_message", Value::Object(forwarded), ctx)
-            .await
+        self.0.run("send_message", forwarded(&args)?, ctx).await
     }
+}
+
+/// The arguments as the shared tool takes them: the fields given, none of the absent ones.
+fn forwarded(args: &impl serde::Serialize) -> Result<Value, ToolError> {
+    serde_json::to_value(args)
+        .map_err(|e| ToolError::new(format!("could not pass the arguments on: {e}")))
 }

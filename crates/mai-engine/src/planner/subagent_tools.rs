@@ -1,14 +1,20 @@
 //! The seven `subagent_*` planner tools: background sub-agent management over the task manager
 //! facade, each confined to the current conversation's stream ([`super::isolation`]).
 //!
+//! Every tool is a [`SubagentTool`]: one shared preamble places the call in its stream (engine,
+//! isolation check, the planner caller) and hands an [`Operation`] the [`Placed`] call; a tool
+//! that names a task resolves it there once, and the facade's methods take the resolved task.
+//!
 //! Descriptions double as the keyword index of the host's tool search, so each says what the
 //! tool is for, when to use it and how it differs from its neighbours. Must not: read or change
 //! a task of another stream, or call the store directly (the facade's checks apply here too).
 
+use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use mai_core::ids::StreamId;
@@ -16,13 +22,13 @@ use mai_core::role::Role;
 use mai_core::store::{HistoryEntry, TaskFilter};
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 
 use mai_tools::Reach;
+use mai_tools::tasks::Level;
 
 use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
-use super::lazy;
 use crate::engine::Engine;
 use crate::manager::{Caller, CreateTask};
 
@@ -67,49 +73,22 @@ pub(super) fn subagent_tools(
     engine: Weak<Engine>,
 ) -> Result<Vec<ToolDefinition>, ToolDefinitionError> {
     let facade = Facade(engine);
-    let tool = |name: &str, description: &str| (name.to_owned(), description.to_owned());
-    let defs = [
-        tool("subagent_create", CREATE),
-        tool("subagent_list", LIST),
-        tool("subagent_status", STATUS),
-        tool("subagent_modify", MODIFY),
-        tool("subagent_delete", DELETE),
-        tool("subagent_history", HISTORY),
-        tool("subagent_schedule", SCHEDULE),
-    ];
-    let [create, list, status, modify, delete, history, schedule] = defs;
     Ok(vec![
-        typed(create, {
-            let facade = facade.clone();
-            lazy(move || Create(facade.clone()))
-        })?,
-        typed(list, {
-            let facade = facade.clone();
-            lazy(move || List(facade.clone()))
-        })?,
-        typed(status, {
-            let facade = facade.clone();
-            lazy(move || Status(facade.clone()))
-        })?,
-        typed(modify, {
-            let facade = facade.clone();
-            lazy(move || Modify(facade.clone()))
-        })?,
-        typed(delete, {
-            let facade = facade.clone();
-            lazy(move || Delete(facade.clone()))
-        })?,
-        typed(history, {
-            let facade = facade.clone();
-            lazy(move || History(facade.clone()))
-        })?,
-        typed(schedule, lazy(move || Schedule(facade.clone())))?,
+        tool("subagent_create", CREATE, &facade, Create)?,
+        tool("subagent_list", LIST, &facade, List)?,
+        tool("subagent_status", STATUS, &facade, Status)?,
+        tool("subagent_modify", MODIFY, &facade, Modify)?,
+        tool("subagent_delete", DELETE, &facade, Delete)?,
+        tool("subagent_history", HISTORY, &facade, History)?,
+        tool("subagent_schedule", SCHEDULE, &facade, Schedule)?,
     ])
 }
 
-fn typed<T: TypedTool>(
-    (name, description): (String, String),
-    tool: T,
+fn tool<O: Operation>(
+    name: &str,
+    description: &str,
+    facade: &Facade,
+    operation: O,
 ) -> Result<ToolDefinition, ToolDefinitionError> {
     // Admin here is the channel gate every planner call passes; what a call may do is decided
     // by the facade, with the speaker's role (see `isolation`).
@@ -118,8 +97,75 @@ fn typed<T: TypedTool>(
         description,
         Visibility::Discoverable,
         Role::Admin,
-        tool,
+        SubagentTool(facade.clone(), operation),
     )
+    .map(|tool| tool.with_effects(Effect::ManagesTasks))
+}
+
+/// What a `subagent_*` tool does once its call is placed in its stream.
+trait Operation: Send + Sync + 'static {
+    type Args: DeserializeOwned + JsonSchema + InStream + Send;
+
+    fn run(
+        &self,
+        call: Placed<'_>,
+        args: Self::Args,
+    ) -> impl Future<Output = Result<Value, ToolError>> + Send;
+}
+
+/// The fields every `subagent_*` argument struct has: the model's stream and the host's keys.
+trait InStream {
+    fn stream_id(&self) -> &str;
+    fn take_injected(&mut self) -> Injected;
+}
+
+macro_rules! in_stream {
+    ($($args:ty),*) => {$(
+        impl InStream for $args {
+            fn stream_id(&self) -> &str {
+                &self.stream_id
+            }
+            fn take_injected(&mut self) -> Injected {
+                std::mem::take(&mut self.injected)
+            }
+        }
+    )*};
+}
+
+in_stream!(CreateArgs, ScheduleArgs, ListArgs, TaskArgs, ModifyArgs);
+
+/// A `subagent_*` tool: the shared preamble ([`Facade::enter`]), then its [`Operation`].
+struct SubagentTool<O>(Facade, O);
+
+impl<O: Operation> TypedTool for SubagentTool<O> {
+    type Args = O::Args;
+
+    async fn call(&self, ctx: &ToolContext, mut args: O::Args) -> Result<Value, ToolError> {
+        let injected = args.take_injected();
+        let (engine, caller) = self.0.enter(ctx, args.stream_id(), injected).await?;
+        let call = Placed {
+            engine,
+            caller,
+            ctx,
+        };
+        self.1.run(call, args).await
+    }
+}
+
+/// A call placed in its stream: the engine, the planner caller there, and the call's context.
+struct Placed<'a> {
+    engine: Arc<Engine>,
+    caller: Caller,
+    ctx: &'a ToolContext,
+}
+
+impl Placed<'_> {
+    /// The task `reference` names among this stream's tasks, resolved once for the whole call.
+    async fn task(&self, reference: &str) -> Result<TaskRecord, ToolError> {
+        resolve_in_stream(&self.engine, &self.caller, reference)
+            .await
+            .map_err(failed)
+    }
 }
 
 /// The host-injected keys, accepted on every call and absent from every schema.
@@ -182,39 +228,14 @@ impl Facade {
         }
         Ok((engine, caller))
     }
-
-    /// As [`Facade::enter`], plus the referenced task of that stream.
-    async fn task(
-        &self,
-        ctx: &ToolContext,
-        stream_id: &str,
-        task_id: &str,
-        injected: Injected,
-    ) -> Result<(Arc<Engine>, Caller, TaskRecord), ToolError> {
-        let (engine, caller) = self.enter(ctx, stream_id, injected).await?;
-        let task = resolve_in_stream(&engine, &caller, task_id)
-            .await
-            .map_err(failed)?;
-        Ok((engine, caller, task))
-    }
 }
 
 fn failed(error: impl std::fmt::Display) -> ToolError {
     ToolError::new(error)
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Level {
-    Instant,
-    Agent,
-}
-
 fn level_of(level: Option<Level>) -> TaskLevel {
-    match level {
-        Some(Level::Instant) => TaskLevel::Instant,
-        Some(Level::Agent) | None => TaskLevel::Agent,
-    }
+    level.unwrap_or_default().into()
 }
 
 // No doc comments on the args structs (they would become the schema's description) and no
@@ -240,16 +261,12 @@ struct CreateArgs {
     injected: Injected,
 }
 
-struct Create(Facade);
+struct Create;
 
-impl TypedTool for Create {
+impl Operation for Create {
     type Args = CreateArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: CreateArgs,
-    ) -> Result<Value, ToolError> {
+    async fn run(&self, call: Placed<'_>, args: CreateArgs) -> Result<Value, ToolError> {
         let cron = non_empty(args.cron_expr);
         let trigger = match (args.delay_seconds, cron) {
             (Some(_), Some(_)) => {
@@ -263,10 +280,7 @@ impl TypedTool for Create {
             (None, Some(expr)) => Trigger::Cron { expr },
         };
         create(
-            &self.0,
-            ctx,
-            &args.stream_id,
-            args.injected,
+            call,
             CreateTask {
                 level: level_of(args.level),
                 trigger,
@@ -294,26 +308,19 @@ struct ScheduleArgs {
     injected: Injected,
 }
 
-struct Schedule(Facade);
+struct Schedule;
 
-impl TypedTool for Schedule {
+impl Operation for Schedule {
     type Args = ScheduleArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: ScheduleArgs,
-    ) -> Result<Value, ToolError> {
+    async fn run(&self, call: Placed<'_>, args: ScheduleArgs) -> Result<Value, ToolError> {
         let Some(expr) = non_empty(Some(args.cron_expr)) else {
             return Err(ToolError::new(
                 "cron_expr is empty; give 5 fields: minute hour day month weekday, e.g. `0 18 * * *`",
             ));
         };
         create(
-            &self.0,
-            ctx,
-            &args.stream_id,
-            args.injected,
+            call,
             CreateTask {
                 level: level_of(args.level),
                 trigger: Trigger::Cron { expr },
@@ -324,19 +331,17 @@ impl TypedTool for Schedule {
     }
 }
 
-async fn create(
-    facade: &Facade,
-    ctx: &mai_core::tool::ToolContext,
-    stream_id: &str,
-    injected: Injected,
-    request: CreateTask,
-) -> Result<Value, ToolError> {
+async fn create(call: Placed<'_>, request: CreateTask) -> Result<Value, ToolError> {
     // The task acts for the speaker (the caller's requester): it runs with their role and
     // their reply in the stream answers its questions.
-    let (engine, caller) = facade.enter(ctx, stream_id, injected).await?;
+    let Placed {
+        engine,
+        caller,
+        ctx,
+    } = call;
     // Delivering elsewhere is sending there: only within the speaker's reach.
     if let Some(target) = &request.reply_stream_id {
-        mai_tools::check_reach(engine.host.as_ref(), ctx, target, mai_tools::Reach::Send).await?;
+        mai_tools::check_reach(engine.host.as_ref(), ctx, target, Reach::Send).await?;
     }
     let task = engine.create(&caller, request).await.map_err(failed)?;
     let mut result = summary(&task);
@@ -368,16 +373,12 @@ struct ListArgs {
     injected: Injected,
 }
 
-struct List(Facade);
+struct List;
 
-impl TypedTool for List {
+impl Operation for List {
     type Args = ListArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: ListArgs,
-    ) -> Result<Value, ToolError> {
+    async fn run(&self, call: Placed<'_>, args: ListArgs) -> Result<Value, ToolError> {
         let statuses = match non_empty(args.status) {
             Some(status) => vec![
                 status
@@ -387,7 +388,7 @@ impl TypedTool for List {
             ],
             None => Vec::new(),
         };
-        let (engine, caller) = self.0.enter(ctx, &args.stream_id, args.injected).await?;
+        let Placed { engine, caller, .. } = call;
         let filter = TaskFilter {
             stream_id: Some(caller.stream_id.clone()),
             statuses,
@@ -411,20 +412,14 @@ struct TaskArgs {
     injected: Injected,
 }
 
-struct Status(Facade);
+struct Status;
 
-impl TypedTool for Status {
+impl Operation for Status {
     type Args = TaskArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: TaskArgs,
-    ) -> Result<Value, ToolError> {
-        let (_, caller, task) = self
-            .0
-            .task(ctx, &args.stream_id, &args.task_id, args.injected)
-            .await?;
+    async fn run(&self, call: Placed<'_>, args: TaskArgs) -> Result<Value, ToolError> {
+        let task = call.task(&args.task_id).await?;
+        let caller = call.caller;
         let mut result = summary(&task);
         if !caller.may_see(&task) {
             // Another person's task: how it stands and what it found — the answer only when it
@@ -488,23 +483,17 @@ struct ModifyArgs {
     injected: Injected,
 }
 
-struct Modify(Facade);
+struct Modify;
 
-impl TypedTool for Modify {
+impl Operation for Modify {
     type Args = ModifyArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: ModifyArgs,
-    ) -> Result<Value, ToolError> {
-        let (engine, caller, task) = self
-            .0
-            .task(ctx, &args.stream_id, &args.task_id, args.injected)
-            .await?;
+    async fn run(&self, call: Placed<'_>, args: ModifyArgs) -> Result<Value, ToolError> {
+        let task = call.task(&args.task_id).await?;
         // The facade answers a waiting task and queues an instruction for a running one.
-        let task = engine
-            .inject_into(&caller, task, &args.inject_instruction)
+        let task = call
+            .engine
+            .inject_into(&call.caller, task, &args.inject_instruction)
             .await
             .map_err(failed)?;
         let applied = if task.status == TaskStatus::WaitingInput {
@@ -521,21 +510,18 @@ impl TypedTool for Modify {
     }
 }
 
-struct Delete(Facade);
+struct Delete;
 
-impl TypedTool for Delete {
+impl Operation for Delete {
     type Args = TaskArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: TaskArgs,
-    ) -> Result<Value, ToolError> {
-        let (engine, caller, task) = self
-            .0
-            .task(ctx, &args.stream_id, &args.task_id, args.injected)
-            .await?;
-        let task = engine.cancel_task(&caller, task).await.map_err(failed)?;
+    async fn run(&self, call: Placed<'_>, args: TaskArgs) -> Result<Value, ToolError> {
+        let task = call.task(&args.task_id).await?;
+        let task = call
+            .engine
+            .cancel_task(&call.caller, task)
+            .await
+            .map_err(failed)?;
         let result = if task.status == TaskStatus::Running {
             "stopping at its next step"
         } else {
@@ -550,34 +536,21 @@ impl TypedTool for Delete {
     }
 }
 
-struct History(Facade);
+struct History;
 
-impl TypedTool for History {
+impl Operation for History {
     type Args = TaskArgs;
 
-    async fn call(
-        &self,
-        ctx: &mai_core::tool::ToolContext,
-        args: TaskArgs,
-    ) -> Result<Value, ToolError> {
-        let (engine, caller, task) = self
-            .0
-            .task(ctx, &args.stream_id, &args.task_id, args.injected)
-            .await?;
-        if !caller.may_see(&task) {
+    async fn run(&self, call: Placed<'_>, args: TaskArgs) -> Result<Value, ToolError> {
+        let task = call.task(&args.task_id).await?;
+        if !call.caller.may_see(&task) {
             return Err(ToolError::new(format!(
                 "task {} acts for someone else: its history is for its requester or an admin; \
                  subagent_status shows how it stands",
                 task.id.short()
             )));
         }
-        let history = engine
-            .history(
-                &Caller::token(caller.stream_id.clone(), String::new(), None),
-                &task.id.to_string(),
-            )
-            .await
-            .map_err(failed)?;
+        let history = call.engine.history_of(task).await.map_err(failed)?;
         let status_log: Vec<Value> = history
             .status_log
             .iter()
@@ -594,9 +567,9 @@ impl TypedTool for History {
         let steps: Vec<Value> = history.entries[skipped..].iter().map(step).collect();
         Ok(json!({
             "success": true,
-            "task_id": task.id.short(),
-            "title": task.title,
-            "status": task.status.as_str(),
+            "task_id": history.task.id.short(),
+            "title": history.task.title,
+            "status": history.task.status.as_str(),
             "status_log": status_log,
             "steps": steps,
             "earlier_steps_omitted": skipped,

@@ -31,6 +31,9 @@ pub struct RecordingHost {
     pub notes: Mutex<Vec<(String, String)>>,
     /// The next this-many sends fail.
     pub failing_sends: AtomicUsize,
+    /// The stream of every send that failed, in order; each failure also notifies `send_failed`.
+    pub failed_sends: Mutex<Vec<String>>,
+    pub send_failed: tokio::sync::Notify,
     /// Sends that answer "not delivered" without an error.
     pub rejecting_sends: AtomicUsize,
     /// Plugin APIs the host offers, and how often any was called.
@@ -60,6 +63,8 @@ impl Host for RecordingHost {
     async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
         if self.failing_sends.load(Ordering::SeqCst) > 0 {
             self.failing_sends.fetch_sub(1, Ordering::SeqCst);
+            self.failed_sends.lock().unwrap().push(stream.to_string());
+            self.send_failed.notify_one();
             return Err(HostError::new("send a message", "connection reset"));
         }
         if self.rejecting_sends.load(Ordering::SeqCst) > 0 {
@@ -232,6 +237,43 @@ pub async fn engine_at(
         prompts: Arc::new(Prompts::embedded()),
         clock,
         files_root: None,
+    })
+    .await
+    .unwrap()
+}
+
+/// A host offering one plugin API, `weather.today`.
+pub fn host_with_weather_api() -> RecordingHost {
+    RecordingHost {
+        apis: vec![mai_core::host::PluginApi {
+            name: "weather.today".into(),
+            description: "weather".into(),
+            plugin: "weather".into(),
+        }],
+        ..RecordingHost::default()
+    }
+}
+
+/// An engine (not started) with every optional tool group on: files under `dir/files`, the
+/// shell, sub-agents, and `weather.today` allowlisted (see [`host_with_weather_api`]).
+pub async fn engine_with_every_tool(
+    dir: &Path,
+    mut config: Config,
+    model: Arc<dyn ChatModel>,
+    host: Arc<RecordingHost>,
+) -> Arc<Engine> {
+    config.shell.enabled = true;
+    config.subagent.enabled = true;
+    config.plugin_api.allowlist = vec!["weather.today".into()];
+    Engine::new(EngineDeps {
+        store: Arc::new(SqliteStore::open(&dir.join("tasks.db")).await.unwrap()),
+        model,
+        host,
+        registry: Arc::new(ToolRegistry::new()),
+        config: Arc::new(LiveConfig::new(config).unwrap()),
+        prompts: Arc::new(Prompts::embedded()),
+        clock: Arc::new(mai_core::clock::SystemClock),
+        files_root: Some(dir.join("files")),
     })
     .await
     .unwrap()

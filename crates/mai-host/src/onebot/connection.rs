@@ -1,6 +1,6 @@
 //! The client loop: connects to the implementation's forward WebSocket (with the access token),
 //! reads frames until the connection drops, writes the actions the senders queue, and
-//! reconnects with capped exponential backoff and jitter until shut down.
+//! reconnects by the shared capped exponential [`Backoff`] until shut down.
 //!
 //! It is the only reader and writer of the socket. It must not block reading on anything
 //! slow: events go to an unbounded hand-off queue (see [`super::forward_events`]) because a
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use rand::Rng;
+use mai_core::backoff::Backoff;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -62,7 +62,9 @@ pub(crate) async fn run(
     events: mpsc::UnboundedSender<IncomingMessage>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = Backoff::new(settings.reconnect_initial, settings.reconnect_max);
+    let backoff = Backoff::new(settings.reconnect_initial, settings.reconnect_max);
+    // Failed attempts since the last connection that worked.
+    let mut retries: u32 = 0;
     loop {
         let attempt = tokio::select! {
             () = cancel.cancelled() => break,
@@ -71,7 +73,7 @@ pub(crate) async fn run(
         let error = match attempt {
             Ok(socket) => {
                 tracing::info!(url = %settings.url, "OneBot connected");
-                backoff.reset();
+                retries = 0;
                 match serve(socket, &settings, &link, &events, &cancel).await {
                     Ended::Shutdown => break,
                     Ended::Dropped(why) => why,
@@ -79,7 +81,8 @@ pub(crate) async fn run(
             }
             Err(why) => why,
         };
-        let delay = backoff.next_delay();
+        let delay = backoff.delay(retries);
+        retries = retries.saturating_add(1);
         tracing::warn!(
             url = %settings.url,
             error = %error,
@@ -325,57 +328,9 @@ fn preview(text: &str) -> String {
     shown
 }
 
-/// Capped exponential backoff with "equal jitter": each delay is half the current step plus a
-/// random part of the other half, so delays never exceed `max` (backon's jitter can double
-/// them) yet reconnecting clients spread out.
-struct Backoff {
-    initial: Duration,
-    max: Duration,
-    step: Duration,
-}
-
-impl Backoff {
-    fn new(initial: Duration, max: Duration) -> Self {
-        let initial = initial.max(Duration::from_millis(1));
-        let max = max.max(initial);
-        Backoff {
-            initial,
-            max,
-            step: initial,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.step = self.initial;
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let step = self.step;
-        self.step = (step * 2).min(self.max);
-        let half = step / 2;
-        half + rand::rng().random_range(Duration::ZERO..=step - half)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_with_jitter_inside_each_step() {
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(700));
-        let steps = [100, 200, 400, 700, 700];
-        for step in steps {
-            let delay = backoff.next_delay();
-            let step = Duration::from_millis(step);
-            assert!(
-                delay >= step / 2 && delay <= step,
-                "{delay:?} outside {step:?}"
-            );
-        }
-        backoff.reset();
-        assert!(backoff.next_delay() <= Duration::from_millis(100));
-    }
 
     #[test]
     fn preview_is_bounded() {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use mai_core::role::Role;
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use reqwest::Url;
 use reqwest::redirect::Policy;
@@ -434,4 +434,5 @@ pub fn fetch_tool(fetcher: Fetcher) -> Result<ToolDefinition, ToolDefinitionErro
         Role::User,
         FetchTool(fetcher),
     )
+    .map(|tool| tool.with_effects(Effect::FetchesWeb))
 }

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use mai_core::role::Role;
-use mai_core::tool::{ToolContext, ToolDefinition, ToolDefinitionError, ToolError, Visibility};
+use mai_core::tool::{
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, Visibility,
+};
 
 pub use policy::PathRefused;
 
@@ -54,14 +56,16 @@ pub fn file_tools(files_root: PathBuf) -> Result<Vec<ToolDefinition>, FilesError
             Visibility::Discoverable,
             Role::User,
             read::ReadTool(Arc::clone(&sandbox)),
-        )?,
+        )?
+        .with_effects(Effect::ReadsFiles),
         ToolDefinition::typed(
             "write",
             write::DESCRIPTION,
             Visibility::Discoverable,
             Role::User,
             write::WriteTool(sandbox),
-        )?,
+        )?
+        .with_effects(Effect::WritesFiles),
     ])
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use mai_core::role::{PermissionDenied, Role, require};
 use mai_core::tool::{
-    ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
+    Effect, ToolContext, ToolDefinition, ToolDefinitionError, ToolError, TypedTool, Visibility,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -85,6 +85,7 @@ fn definition(tool: RunCommand) -> Result<ToolDefinition, ToolDefinitionError> {
         Role::Admin,
         tool,
     )
+    .map(|tool| tool.with_effects(Effect::RunsCommands))
 }
 
 /// Why a call failed before the command could run (told to the model as the error).

@@ -397,7 +397,20 @@ async fn search_users_merges_keywords_and_returns_send_targets() {
     )
     .await;
     assert_eq!(outcome.kind, OutcomeKind::InvalidArguments);
+    let outcome = call(
+        &registry,
+        &ctx,
+        "search_users",
+        json!({"keyword": "x", "owner": "qq:1"}),
+    )
+    .await;
+    assert_eq!(outcome.kind, OutcomeKind::InvalidArguments, "{outcome:?}");
     assert_eq!(host.calls().len(), 2);
+    let schema = registry.get("search_users").unwrap().parameters().clone();
+    assert_eq!(schema["additionalProperties"], false, "{schema}");
+    let mut properties: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+    properties.sort();
+    assert_eq!(properties, ["chat_type", "keyword", "keywords", "platform"]);
 }
 
 #[tokio::test]
