@@ -22,6 +22,8 @@
 # Tests and CI never run this script; it needs no network when OMA_SRC or OMA_TARBALL is given
 # and the venv exists (creating the venv needs PyPI).
 #
+# LOADGEN=<binary> uses an already built `loadgen` example (release) instead of building one.
+#
 # Usage: testing/bench/compare-original.sh [--http] [--reps N]
 set -euo pipefail
 
@@ -113,8 +115,12 @@ harness() {
   echo "$bench"
 }
 
-# Builds our load generator (release) and prints its path.
+# Builds our load generator (release) and prints its path; LOADGEN=<binary> skips the build.
 loadgen() {
+  if [ -n "${LOADGEN:-}" ]; then
+    [ -x "$LOADGEN" ] || die "LOADGEN=$LOADGEN is not an executable"
+    echo "$LOADGEN"; return
+  fi
   (cd "$repo" && cargo build -q --release -p mai-engine --example loadgen) >&2 ||
     die "cargo could not build the load generator"
   # A copy, so another build into the same target dir cannot swap it between repetitions.
