@@ -21,11 +21,11 @@ use mai_core::tool::{
 
 use crate::builtin_tools::ASK_USER;
 use crate::conversation::{Conversation, Tail};
-use crate::engine::{Engine, RunControl, StopReason, lock};
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::RunEnd;
+use crate::run::{RunControl, RunEnd, StopReason};
 use crate::truncate::head_tail;
 
 /// Tool results longer than this reach the model as head + tail with a note.
@@ -102,7 +102,20 @@ impl ToolsCache {
 /// What the loop does after running a batch of tool calls.
 pub(crate) enum AfterCalls {
     Continue,
+    /// Continue; the round's last result is in the conversation but not checkpointed yet: its
+    /// write overlaps the next model call, and is durable before anything else happens.
+    ContinueUnsaved,
     End(RunEnd),
+}
+
+/// What a model call came back with.
+enum Called {
+    End(RunEnd),
+    Reply {
+        message: ChatMessage,
+        round: u32,
+        last_round: bool,
+    },
 }
 
 impl Engine {
@@ -122,7 +135,7 @@ impl Engine {
         control: &RunControl,
     ) -> Result<RunEnd, EngineError> {
         // Everything injected so far is in the history read below.
-        lock(&self.injected).remove(&task.id);
+        self.schedule.take_injected(task.id);
         let history = self
             .store
             .history(task.id, task.metadata.history_from)
@@ -148,8 +161,12 @@ impl Engine {
             conversation.defer(ChatMessage::user(task.intent.clone()));
         }
         let mut tools = ToolsCache::default();
+        let mut checkpoint_due = false;
         loop {
             if let Some(reason) = control.reason() {
+                if checkpoint_due {
+                    self.save_unsaved(task, &mut conversation).await?;
+                }
                 return Ok(RunEnd::Stopped(reason));
             }
             match conversation.tail() {
@@ -164,12 +181,14 @@ impl Engine {
                         .await?
                     {
                         AfterCalls::Continue => {}
+                        AfterCalls::ContinueUnsaved => checkpoint_due = true,
                         AfterCalls::End(end) => return Ok(end),
                     }
                 }
                 Tail::Empty | Tail::ReadyForModel => {
+                    let due = std::mem::take(&mut checkpoint_due);
                     if let Some(end) = self
-                        .model_round(task, &mut conversation, &mut tools, &ctx, control)
+                        .model_round(task, &mut conversation, &mut tools, &ctx, control, due)
                         .await?
                     {
                         return Ok(end);
@@ -180,6 +199,11 @@ impl Engine {
     }
 
     /// One model call. Returns `Some` when the loop must end.
+    ///
+    /// With `checkpoint_due`, the previous round's last tool result is written while the model
+    /// is asked (see docs/design.md, "The agent loop and checkpoints"): the write is awaited, and
+    /// its failure ends the loop as before, ahead of anything the reply leads to — the next
+    /// round's tools, a question, the final answer's delivery.
     async fn model_round(
         &self,
         task: &mut TaskRecord,
@@ -187,7 +211,55 @@ impl Engine {
         tools_cache: &mut ToolsCache,
         ctx: &ToolContext,
         control: &RunControl,
+        checkpoint_due: bool,
     ) -> Result<Option<RunEnd>, EngineError> {
+        let entries = if checkpoint_due {
+            self.take_unsaved(task, conversation)?
+        } else {
+            Vec::new()
+        };
+        let task_now: &TaskRecord = task;
+        let write = async {
+            if entries.is_empty() {
+                return Ok(());
+            }
+            self.write_checkpoint(task_now, &entries).await
+        };
+        let call = self.call_model(task_now, conversation, tools_cache, ctx, control);
+        let (written, called) = tokio::join!(write, call);
+        written?;
+        let (mut message, round, last_round) = match called? {
+            Called::End(end) => return Ok(Some(end)),
+            Called::Reply {
+                message,
+                round,
+                last_round,
+            } => (message, round, last_round),
+        };
+        if last_round {
+            message.tool_calls.clear();
+        }
+        bound_tool_calls(&mut message);
+        if message.tool_calls.is_empty() && message.content.trim().is_empty() {
+            message.content = "(the agent finished without writing an answer)".to_owned();
+        }
+        task.metadata.rounds = round;
+        // A reply that calls tools is saved with its first result; the final answer with the
+        // task's completion.
+        conversation.defer(message);
+        Ok(None)
+    }
+
+    /// Applies injections, presents the round's tools and asks the model (stopping with the
+    /// run's control).
+    async fn call_model(
+        &self,
+        task: &TaskRecord,
+        conversation: &mut Conversation,
+        tools_cache: &mut ToolsCache,
+        ctx: &ToolContext,
+        control: &RunControl,
+    ) -> Result<Called, EngineError> {
         self.read_injections(task, conversation).await?;
         conversation.apply_injections();
         let round = task.metadata.rounds + 1;
@@ -227,26 +299,18 @@ impl Engine {
             tools_cache.put_back(std::mem::take(&mut request.tools));
         }
         let Some(response) = response else {
-            return Ok(Some(RunEnd::Stopped(
+            return Ok(Called::End(RunEnd::Stopped(
                 control.reason().unwrap_or(StopReason::Shutdown),
             )));
         };
-        let mut message = match response {
-            Ok(response) => response.message,
-            Err(error) => return Ok(Some(RunEnd::Failed(format!("model call failed: {error}")))),
-        };
-        if last_round {
-            message.tool_calls.clear();
-        }
-        bound_tool_calls(&mut message);
-        if message.tool_calls.is_empty() && message.content.trim().is_empty() {
-            message.content = "(the agent finished without writing an answer)".to_owned();
-        }
-        task.metadata.rounds = round;
-        // A reply that calls tools is saved with its first result; the final answer with the
-        // task's completion.
-        conversation.defer(message);
-        Ok(None)
+        Ok(match response {
+            Ok(response) => Called::Reply {
+                message: response.message,
+                round,
+                last_round,
+            },
+            Err(error) => Called::End(RunEnd::Failed(format!("model call failed: {error}"))),
+        })
     }
 
     /// Runs the unanswered calls of the last model reply, in call order. `ask_user` is handled
@@ -260,8 +324,9 @@ impl Engine {
         control: &RunControl,
     ) -> Result<AfterCalls, EngineError> {
         let round = task.metadata.rounds;
+        let count = calls.len();
         let mut question: Option<(ToolCall, Value)> = None;
-        for call in calls {
+        for (index, call) in calls.into_iter().enumerate() {
             if let Some(reason) = control.reason() {
                 return Ok(AfterCalls::End(RunEnd::Stopped(reason)));
             }
@@ -301,6 +366,11 @@ impl Engine {
                     }
                 }
             };
+            if index + 1 == count && question.is_none() {
+                // The round's last result: checkpointed while the model is asked next.
+                self.note_result(task, conversation, &call, &outcome);
+                return Ok(AfterCalls::ContinueUnsaved);
+            }
             self.record_result(task, conversation, &call, &outcome)
                 .await?;
         }
@@ -318,6 +388,18 @@ impl Engine {
         call: &ToolCall,
         outcome: &ToolOutcome,
     ) -> Result<(), EngineError> {
+        self.note_result(task, conversation, call, outcome);
+        self.save_unsaved(task, conversation).await
+    }
+
+    /// Adds one tool result to the conversation (not checkpointed yet) and reports it.
+    fn note_result(
+        &self,
+        task: &TaskRecord,
+        conversation: &mut Conversation,
+        call: &ToolCall,
+        outcome: &ToolOutcome,
+    ) {
         let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
         self.emit(TaskEvent::ToolResult {
             task_id: task.id,
@@ -326,32 +408,57 @@ impl Engine {
             ok: outcome.is_ok() && outcome.value.get("success") != Some(&Value::Bool(false)),
             preview: head_tail(&text, 300),
         });
-        let message = ChatMessage::tool_result(call.id.clone(), text);
-        self.checkpoint(task, conversation, task.metadata.rounds, message)
-            .await
+        conversation.defer(ChatMessage::tool_result(call.id.clone(), text));
     }
 
-    /// Adds `message` to the conversation and checkpoints it with everything not yet saved:
-    /// the task and the history entries in one transaction, only while the task is still
-    /// `running` as far as the store knows.
-    pub(crate) async fn checkpoint(
+    /// Checkpoints everything not yet saved: the task and the history entries in one
+    /// transaction, only while the task is still `running` as far as the store knows.
+    async fn save_unsaved(
         &self,
         task: &mut TaskRecord,
         conversation: &mut Conversation,
-        round: u32,
-        message: ChatMessage,
     ) -> Result<(), EngineError> {
-        conversation.defer(message);
+        let round = task.metadata.rounds;
         if self
             .save_with_history(task, conversation, round, TaskStatus::Running)
             .await?
         {
             Ok(())
         } else {
-            Err(EngineError::Internal(format!(
-                "task {} changed while its loop was running",
-                task.id.short()
-            )))
+            Err(changed_under_loop(task))
+        }
+    }
+
+    /// Moves the conversation's unsaved messages out as history entries of the current round,
+    /// counted in `task` (which is written with them).
+    fn take_unsaved(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+    ) -> Result<Vec<NewHistoryEntry>, EngineError> {
+        let entries = self.unsaved_entries(conversation, task.metadata.rounds)?;
+        conversation.unsaved.clear();
+        task.metadata.history_len += entries.len() as u64;
+        task.updated_at = self.now();
+        Ok(entries)
+    }
+
+    /// Writes a checkpoint taken by [`Engine::take_unsaved`] (compare-and-set on `running`).
+    async fn write_checkpoint(
+        &self,
+        task: &TaskRecord,
+        entries: &[NewHistoryEntry],
+    ) -> Result<(), EngineError> {
+        match self
+            .store
+            .checkpoint(task, Some(TaskStatus::Running), entries)
+            .await?
+        {
+            SaveOutcome::Saved => Ok(()),
+            SaveOutcome::Conflict { actual } => {
+                tracing::debug!(task = %task.id, %actual, "changed concurrently");
+                Err(changed_under_loop(task))
+            }
         }
     }
 
@@ -421,7 +528,7 @@ impl Engine {
         task: &TaskRecord,
         conversation: &mut Conversation,
     ) -> Result<(), EngineError> {
-        if !lock(&self.injected).remove(&task.id) {
+        if !self.schedule.take_injected(task.id) {
             return Ok(());
         }
         let from = conversation
@@ -446,4 +553,11 @@ impl Engine {
             .map(|tool| tool.spec())
             .collect()
     }
+}
+
+fn changed_under_loop(task: &TaskRecord) -> EngineError {
+    EngineError::Internal(format!(
+        "task {} changed while its loop was running",
+        task.id.short()
+    ))
 }

@@ -1,4 +1,4 @@
-//! Registration of the agent-loop tools, in the order of SYSTEM.md §4.4 (task management →
+//! Registration of the agent-loop tools, in the order of docs/design.md, "Tools" (task management →
 //! information → files → ask_user → send_message → cross-plugin API → sub-agents → command
 //! execution), each group behind its config switch; and the tools the engine itself provides:
 //! `ask_user` (handled by the loop, registered so it passes the same gates and is presented every
@@ -71,7 +71,7 @@ pub(crate) async fn register(
     Ok(())
 }
 
-/// The tools of §4.4 groups 6–8, whose switches are hot-reloaded: cross-plugin APIs (allowlisted
+/// The tools of groups 6–8 (docs/design.md, "Tools"), whose switches are hot-reloaded: cross-plugin APIs (allowlisted
 /// only), sub-agents, command execution.
 async fn switchable_tools(
     engine: &Arc<Engine>,
@@ -131,7 +131,7 @@ fn is_switchable(name: &str) -> bool {
 }
 
 /// After a config reload: swaps the switchable tools for what the new config enables, in one
-/// atomic registry change, keeping their place in the §4.4 order (right after `send_message`).
+/// atomic registry change, keeping their place in the order of "Tools" (right after `send_message`).
 /// Running loops see the change from their next round.
 pub(crate) async fn resync_switchable(engine: &Arc<Engine>) -> Result<(), EngineError> {
     let config = engine.config.config();

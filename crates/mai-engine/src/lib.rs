@@ -6,15 +6,17 @@ mod agent_loop;
 pub mod builtin_tools;
 pub mod commands;
 mod conversation;
+mod cron;
 pub mod engine;
 pub mod error;
 pub mod events;
 pub mod manager;
 pub mod planner;
-mod planner_board;
 pub mod prompts;
 mod reply;
+mod run;
 pub mod runner;
+mod schedule;
 mod scheduler;
 pub mod splitter;
 pub mod subagent;
@@ -33,6 +35,6 @@ pub mod fuzzing {
     /// How the engine validates a `cron_expr` and finds its next fire time (task creation and
     /// cron re-arm both go through this).
     pub fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-        crate::runner::next_fire(expr, after)
+        crate::cron::next_fire(expr, after)
     }
 }

@@ -18,11 +18,12 @@ use mai_core::task::{
     NewTask, PauseCause, StatusChange, TaskLevel, TaskRecord, TaskStatus, Trigger,
 };
 
-use crate::engine::{Engine, StopReason, lock};
+use crate::cron::next_fire_blocking;
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::next_fire_blocking;
+use crate::run::StopReason;
 
 /// Longest intent accepted.
 const MAX_INTENT_CHARS: usize = 8_000;
@@ -260,7 +261,7 @@ impl Engine {
             title: task.title.clone(),
         });
         match scheduled_at {
-            Some(at) => self.schedule_timers.arm(task.id, at),
+            Some(at) => self.schedule.arm_due(task.id, at),
             None => self.enqueue(&task),
         }
         Ok(task)
@@ -484,7 +485,7 @@ impl Engine {
             at: Utc::now(),
         };
         self.store.append_history(task.id, &[entry]).await?;
-        lock(&self.injected).insert(task.id);
+        self.schedule.mark_injected(task.id);
         Ok(())
     }
 
@@ -572,7 +573,7 @@ impl Engine {
         loop {
             let from = task.status;
             if from == TaskStatus::Running {
-                let control = lock(&self.running).get(&task.id).cloned();
+                let control = self.schedule.control(task.id);
                 if let Some(control) = control {
                     control.stop(reason);
                     return Ok(task);
@@ -599,9 +600,7 @@ impl Engine {
                 task.metadata.pause_cause = Some(PauseCause::User);
             }
             if self.save_status(&task, from).await? {
-                self.schedule_timers.disarm(task.id);
-                self.queue.remove(task.id);
-                self.forget_question(task.id);
+                self.schedule.withdraw(task.id);
                 return Ok(task);
             }
             // It changed under us (dispatched, answered, finished): look again.

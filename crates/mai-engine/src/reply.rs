@@ -1,4 +1,4 @@
-//! The reply path (SYSTEM.md §8): polish (optional, never blocking), split, and send with
+//! The reply path (see docs/design.md, "Replies and delivery"): polish (optional, never blocking), split, and send with
 //! retries; and instant tasks, which deliver one text through it.
 //!
 //! An instant task fixes its final parts in the record before sending the first, and records
@@ -17,10 +17,10 @@ use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
 use mai_core::store::SaveOutcome;
 use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus};
 
-use crate::engine::{Engine, RunControl, StopReason};
+use crate::engine::Engine;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::RunEnd;
+use crate::run::{RunControl, RunEnd, StopReason};
 use crate::splitter;
 
 /// How long a polish may take before the original text is sent instead.

@@ -1,4 +1,4 @@
-//! Sub-agents (SYSTEM.md §5.7): synchronous helper loops inside one tool call.
+//! Sub-agents (see docs/design.md, "Sub-agents"): synchronous helper loops inside one tool call.
 //!
 //! A sub-agent sees the parent's role-visible tools minus everything that talks to people,
 //! manages tasks, nests, runs commands or calls host plugins; a requested `tools` list must be a

@@ -1,4 +1,4 @@
-//! Chat commands (`/maitask`, `/mt`): parsing, the role checks of SYSTEM.md §3 through the
+//! Chat commands (`/maitask`, `/mt`): parsing, the role checks of docs/design.md, "Roles and the permission model", through the
 //! facade, 8-character id prefixes, `ask` waking a waiting task, and `list -all` for admins only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

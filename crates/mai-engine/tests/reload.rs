@@ -1,4 +1,4 @@
-//! Hot reload (SYSTEM.md §11): a valid config is swapped in and the tools behind switches follow;
+//! Hot reload (see docs/design.md, "Limits"): a valid config is swapped in and the tools behind switches follow;
 //! an invalid one changes nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -34,7 +34,7 @@ async fn switches_follow_a_reload_and_keep_the_spec_order() {
     assert!(after.iter().any(|t| t == "run_command"));
     assert!(!after.iter().any(|t| t.starts_with("ask_subagent")));
     assert_eq!(h.engine.config().config().task.max_rounds, 7);
-    // §4.4 order: command execution comes right after send_message (no plugin APIs, no
+    // The order of docs/design.md, "Tools": command execution comes right after send_message (no plugin APIs, no
     // sub-agents here), whatever was registered later.
     let send = after.iter().position(|t| t == "send_message").unwrap();
     assert_eq!(after[send + 1], "run_command");

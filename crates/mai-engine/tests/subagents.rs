@@ -1,4 +1,4 @@
-//! Sub-agents (SYSTEM.md §5.7): the allowed tool set, the subset check, the execution-time
+//! Sub-agents (see docs/design.md, "Sub-agents"): the allowed tool set, the subset check, the execution-time
 //! guard, concurrent calls in call order, limits, truncation, cancellation, no nesting and no
 //! persistence.
 

@@ -1,4 +1,4 @@
-//! The planner channel (SYSTEM.md §7): the 11 tools the host's planner sees, as a registry of
+//! The planner channel (see docs/design.md, "The planner"): the 11 tools the host's planner sees, as a registry of
 //! their own, separate from the agent-loop registry.
 //!
 //! These are adapters: the `subagent_*` tools go through the task manager facade, `search_users`
@@ -16,6 +16,7 @@
 //! Must not: expose a dangerous tool (file write, command execution), or let a model-given field
 //! widen what the host-injected `chat_id` allows.
 
+mod board;
 mod isolation;
 mod mcp_tools;
 mod shared_tools;
@@ -38,6 +39,8 @@ use mai_core::tool::{
 use crate::engine::Engine;
 use crate::error::EngineError;
 
+pub(crate) use board::BoardMemory;
+
 /// How a host presents a planner tool (the MCP server's `_meta.visibility`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -57,7 +60,7 @@ impl PlannerVisibility {
     }
 }
 
-/// The planner tools in spec order, with their visibility (SYSTEM.md §7 table).
+/// The planner tools in spec order, with their visibility (docs/design.md, "The planner").
 pub const PLANNER_TOOLS: [(&str, PlannerVisibility); 11] = [
     ("search_users", PlannerVisibility::Deferred),
     ("subagent_create", PlannerVisibility::Visible),

@@ -2,7 +2,7 @@
 //! `mai-tools`, reached through a private registry built on first use — one implementation,
 //! two channels, so target choosing, host context stripping and delivery cannot drift apart.
 //!
-//! The planner-facing schemas are the §7 table's (no `keywords`, no `on_behalf_of`); the
+//! The planner-facing schemas are those of docs/design.md, "The planner" (no `keywords`, no `on_behalf_of`); the
 //! handlers pass the arguments on unchanged apart from dropping keys the agent-loop tool does
 //! not take. Must not: deliver any other way than through the shared `send_message`.
 
