@@ -6,7 +6,7 @@
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -18,7 +18,7 @@ use mai_core::tool::{ToolContext, ToolDefinition, ToolError, TypedTool, Visibili
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::subagent::{self, SubagentRequest};
-use crate::tool_capabilities::EngineCapabilities;
+use crate::tool_handle::ToolHandle;
 
 pub const ASK_USER: &str = "ask_user";
 pub const ASK_SUBAGENT: &str = "ask_subagent";
@@ -26,12 +26,13 @@ pub const ASK_SUBAGENTS: &str = "ask_subagents";
 
 /// Registers the built-in agent-loop tools, in spec order, as one atomic registry change.
 pub(crate) async fn register(
-    engine: &Arc<Engine>,
+    engine: &Engine,
+    handle: &Arc<ToolHandle>,
     files_root: Option<PathBuf>,
 ) -> Result<(), EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
     let config = engine.config.config();
-    let capabilities = Arc::new(EngineCapabilities(Arc::downgrade(engine)));
+    let capabilities = handle.capabilities();
     let mut tools: Vec<ToolDefinition> = Vec::new();
     // 1. Task management.
     tools.extend(mai_tools::tasks::task_tools(capabilities.clone()).map_err(invalid)?);
@@ -62,7 +63,7 @@ pub(crate) async fn register(
             .map_err(invalid)?,
     );
     // 6.–8. Cross-plugin APIs, sub-agents, command execution: behind hot-reloadable switches.
-    tools.extend(switchable_tools(engine, &config).await?);
+    tools.extend(switchable_tools(engine, handle, &config).await?);
     engine.registry.edit(|edit| {
         for tool in tools {
             edit.register(tool);
@@ -74,7 +75,8 @@ pub(crate) async fn register(
 /// The tools of groups 6–8 (docs/design.md, "Tools"), whose switches are hot-reloaded: cross-plugin APIs (allowlisted
 /// only), sub-agents, command execution.
 async fn switchable_tools(
-    engine: &Arc<Engine>,
+    engine: &Engine,
+    handle: &Arc<ToolHandle>,
     config: &mai_core::config::Config,
 ) -> Result<Vec<ToolDefinition>, EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
@@ -89,7 +91,6 @@ async fn switchable_tools(
     );
     // 7. Sub-agents.
     if config.subagent.enabled {
-        let weak = Arc::downgrade(engine);
         tools.push(
             ToolDefinition::typed(
                 ASK_SUBAGENT,
@@ -98,7 +99,7 @@ async fn switchable_tools(
                  user.",
                 Visibility::Discoverable,
                 Role::User,
-                SubagentTool::<AskSubagentArgs>::new(weak.clone()),
+                SubagentTool::<AskSubagentArgs>::new(handle.clone()),
             )
             .map_err(invalid)?,
         );
@@ -110,7 +111,7 @@ async fn switchable_tools(
                  depend on each other.",
                 Visibility::Discoverable,
                 Role::User,
-                SubagentTool::<AskSubagentsArgs>::new(weak),
+                SubagentTool::<AskSubagentsArgs>::new(handle.clone()),
             )
             .map_err(invalid)?,
         );
@@ -133,9 +134,12 @@ fn is_switchable(name: &str) -> bool {
 /// After a config reload: swaps the switchable tools for what the new config enables, in one
 /// atomic registry change, keeping their place in the order of "Tools" (right after `send_message`).
 /// Running loops see the change from their next round.
-pub(crate) async fn resync_switchable(engine: &Arc<Engine>) -> Result<(), EngineError> {
+pub(crate) async fn resync_switchable(
+    engine: &Engine,
+    handle: &Arc<ToolHandle>,
+) -> Result<(), EngineError> {
     let config = engine.config.config();
-    let tools = switchable_tools(engine, &config).await?;
+    let tools = switchable_tools(engine, handle, &config).await?;
     engine.registry.edit(|edit| {
         edit.retain(|tool| !is_switchable(tool.name()));
         edit.insert_after(mai_tools::send_message::SEND_MESSAGE, tools);
@@ -206,10 +210,10 @@ impl From<AskSubagentsArgs> for SubagentRequest {
 }
 
 /// `ask_subagent` and `ask_subagents`: the same runner, one or several intents.
-struct SubagentTool<A>(Weak<Engine>, PhantomData<fn() -> A>);
+struct SubagentTool<A>(Arc<ToolHandle>, PhantomData<fn() -> A>);
 
 impl<A> SubagentTool<A> {
-    fn new(engine: Weak<Engine>) -> Self {
+    fn new(engine: Arc<ToolHandle>) -> Self {
         SubagentTool(engine, PhantomData)
     }
 }
@@ -220,10 +224,7 @@ where
 {
     type Args = A;
     async fn call(&self, ctx: &ToolContext, args: A) -> Result<Value, ToolError> {
-        let engine = self
-            .0
-            .upgrade()
-            .ok_or_else(|| ToolError::new("the engine is stopping"))?;
+        let engine = self.0.engine().map_err(ToolError::new)?;
         subagent::ask(&engine, ctx, args.into()).await
     }
 }

@@ -4,7 +4,7 @@
 //! One `Engine` owns the store, model, host, registry, config and the scheduling state; front
 //! ends call the facade in `manager.rs`, never the store directly.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,7 @@ use crate::run::StopReason;
 pub(crate) use crate::run::lock;
 pub use crate::schedule::LoadFigures;
 use crate::schedule::Schedule;
+use crate::tool_handle::ToolHandle;
 
 /// What the engine is built from.
 pub struct EngineDeps {
@@ -83,8 +84,9 @@ impl RoleProvider for TaskRole {
     }
 }
 
-/// The engine.
-pub struct Engine {
+/// The engine's immutable dependencies, one value shared by everything that runs tasks (the
+/// agent loop, sub-agents, the reply path).
+pub struct Deps {
     pub(crate) store: Arc<dyn TaskStore>,
     pub(crate) model: Arc<dyn ChatModel>,
     pub(crate) host: Arc<dyn Host>,
@@ -92,6 +94,16 @@ pub struct Engine {
     pub(crate) config: Arc<LiveConfig>,
     pub(crate) prompts: Arc<Prompts>,
     pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// The engine: a cheap handle (clones share one engine). Front ends call its facade
+/// (`tasks.rs`); what it owns is in [`EngineCore`].
+#[derive(Clone)]
+pub struct Engine(Arc<EngineCore>);
+
+/// What one engine owns: its dependencies, its scheduling state, and what it needs to stop.
+pub struct EngineCore {
+    pub(crate) deps: Arc<Deps>,
     /// Who is queued, running, due, waiting and injected.
     pub(crate) schedule: Schedule,
     /// The locks of the `[limits]` check on task creation.
@@ -104,32 +116,61 @@ pub struct Engine {
     /// Set by [`Engine::start`]; before that nothing is dispatched (CLI task commands use an
     /// engine that only reads and writes the store).
     started: std::sync::atomic::AtomicBool,
-    me: Weak<Engine>,
+    /// The handle the engine's own tools hold, revoked on stop (see [`ToolHandle`]).
+    tools: OnceLock<Arc<ToolHandle>>,
+}
+
+impl std::ops::Deref for Engine {
+    type Target = EngineCore;
+    fn deref(&self) -> &EngineCore {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for EngineCore {
+    type Target = Deps;
+    fn deref(&self) -> &Deps {
+        &self.deps
+    }
 }
 
 impl Engine {
-    /// Builds the engine and registers its own tools. Nothing runs until [`Engine::start`].
+    /// Builds the engine, then registers its own tools with a handle on it. Nothing runs until
+    /// [`Engine::start`].
     pub async fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
-        let files_root = deps.files_root.clone();
-        let engine = Arc::new_cyclic(|me| Engine {
-            schedule: Schedule::new(deps.clock.clone()),
-            store: deps.store,
-            model: deps.model,
-            host: deps.host,
-            registry: deps.registry,
-            config: deps.config,
-            prompts: deps.prompts,
-            clock: deps.clock,
+        let EngineDeps {
+            store,
+            model,
+            host,
+            registry,
+            config,
+            prompts,
+            clock,
+            files_root,
+        } = deps;
+        let engine = Engine(Arc::new(EngineCore {
+            schedule: Schedule::new(clock.clone()),
+            deps: Arc::new(Deps {
+                store,
+                model,
+                host,
+                registry,
+                config,
+                prompts,
+                clock,
+            }),
             admission: crate::admission::Admission::default(),
             board: Mutex::new(crate::planner::BoardMemory::default()),
             events: Events::new(),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             started: std::sync::atomic::AtomicBool::new(false),
-            me: me.clone(),
-        });
-        crate::builtin_tools::register(&engine, files_root).await?;
-        Ok(engine)
+            tools: OnceLock::new(),
+        }));
+        let handle = Arc::new(ToolHandle::new(engine.clone()));
+        let _ = engine.tools.set(handle.clone());
+        crate::builtin_tools::register(&engine, &handle, files_root).await?;
+        Ok(Arc::new(engine))
     }
 
     /// Recovers every active task from the store and starts timers and dispatching.
@@ -142,10 +183,6 @@ impl Engine {
         self.recover().await?;
         self.dispatch();
         Ok(())
-    }
-
-    pub(crate) fn arc(&self) -> Option<Arc<Engine>> {
-        self.me.upgrade()
     }
 
     /// Subscribe to task events (progress output, tests, metrics).
@@ -176,26 +213,17 @@ impl Engine {
     }
 
     fn start_timers(&self) {
-        let Some(engine) = self.arc() else { return };
-        let weak = Arc::downgrade(&engine);
-        let weak_too = weak.clone();
+        // The timer loops hold the engine until it stops (they end with `shutdown`).
+        let (due, timeout) = (self.clone(), self.clone());
         self.schedule.start_timers(
             self.shutdown.clone(),
             move |id| {
-                let weak = weak.clone();
-                async move {
-                    if let Some(engine) = weak.upgrade() {
-                        engine.on_due(id).await;
-                    }
-                }
+                let engine = due.clone();
+                async move { engine.on_due(id).await }
             },
             move |id| {
-                let weak = weak_too.clone();
-                async move {
-                    if let Some(engine) = weak.upgrade() {
-                        engine.on_question_timeout(id).await;
-                    }
-                }
+                let engine = timeout.clone();
+                async move { engine.on_question_timeout(id).await }
             },
         );
     }
@@ -310,10 +338,9 @@ impl Engine {
         if self.shutdown.is_cancelled() || !self.started.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let Some(engine) = self.arc() else { return };
         let cap = self.config.config().task.max_concurrent_tasks as usize;
         for id in self.schedule.take_dispatchable(cap) {
-            let engine = engine.clone();
+            let engine = self.clone();
             self.tracker
                 .spawn(async move { engine.run_one(id, None).await });
         }
@@ -343,12 +370,9 @@ impl Engine {
                 && self.schedule.try_reserve(id, cap)
             {
                 // The slot is ours; `run_one` frees it whatever happens.
-                if let Some(engine) = self.arc() {
-                    self.tracker
-                        .spawn(async move { engine.run_one(id, Some(task)).await });
-                } else {
-                    self.schedule.release(id);
-                }
+                let engine = self.clone();
+                self.tracker
+                    .spawn(async move { engine.run_one(id, Some(task)).await });
                 return Ok(());
             }
             if self.save_status(&task, TaskStatus::Scheduled).await? {
@@ -373,8 +397,8 @@ impl Engine {
         self.config
             .replace(config)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        if let Some(engine) = self.arc() {
-            crate::builtin_tools::resync_switchable(&engine).await?;
+        if let Some(handle) = self.tools.get() {
+            crate::builtin_tools::resync_switchable(self, handle).await?;
         }
         self.dispatch();
         Ok(())
@@ -387,5 +411,10 @@ impl Engine {
         self.schedule.stop_all(&StopReason::Shutdown);
         self.tracker.close();
         self.tracker.wait().await;
+        // The engine's tools sit in the registry the engine holds: revoking their handle ends
+        // that cycle (a tool called from now on answers that the engine is stopping).
+        if let Some(handle) = self.tools.get() {
+            handle.revoke();
+        }
     }
 }

@@ -20,7 +20,7 @@ mod schedule;
 mod scheduler;
 pub mod splitter;
 pub mod subagent;
-mod tool_capabilities;
+mod tool_handle;
 mod truncate;
 mod waiting;
 

@@ -104,11 +104,6 @@ impl Schedule {
         self.queue.try_reserve(id, max_active)
     }
 
-    /// Frees a slot reserved by [`Schedule::try_reserve`] that was never used.
-    pub(crate) fn release(&self, id: TaskId) {
-        self.queue.finish(id);
-    }
-
     // Running tasks.
 
     /// Registers the control of a run starting for `id` (a stop from now on finds it).

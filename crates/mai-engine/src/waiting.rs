@@ -320,10 +320,9 @@ impl Engine {
             self.schedule.queue(task.id, task.priority);
             return Ok(());
         }
-        if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent)
-            && let Some(engine) = self.arc()
-        {
+        if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent) {
             // In the background: channels may connect after start-up, and sends retry.
+            let engine = self.clone();
             let task = task.clone();
             tokio::spawn(async move { engine.resend_question(task).await });
         }

@@ -195,7 +195,11 @@ async fn the_next_model_call_starts_before_the_checkpoint_lands_and_no_tool_runs
         .unwrap();
 
     // The model is asked for round 2 while round 1's checkpoint is still held at the gate.
-    let (checkpoint_started, checkpoint_done) = asked.recv().await.unwrap();
+    let (checkpoint_started, checkpoint_done) =
+        tokio::time::timeout(std::time::Duration::from_secs(20), asked.recv())
+            .await
+            .expect("the model was not asked for round 2 while the checkpoint was held")
+            .unwrap();
     assert!(
         checkpoint_started,
         "the checkpoint starts with the model call"

@@ -83,18 +83,18 @@ pub fn planner_visibility(name: &str) -> Option<PlannerVisibility> {
         .map(|(_, visibility)| *visibility)
 }
 
-/// The planner registry: the 11 tools, in spec order. Handlers hold a weak reference to the
-/// engine (the caller keeps the engine alive) and build what they delegate to on first use.
+/// The planner registry: the 11 tools, in spec order. Handlers hold the engine (the registry is
+/// the front end's, not one of the engine's dependencies) and build what they delegate to on
+/// first use.
 pub fn planner_registry(
     engine: &Arc<Engine>,
     mcp: Option<Arc<dyn McpProxy>>,
 ) -> Result<ToolRegistry, EngineError> {
     let invalid = |e: ToolDefinitionError| EngineError::Internal(e.to_string());
     let shared = Arc::new(shared_tools::Shared::new(engine));
-    let weak = Arc::downgrade(engine);
     let mut tools: Vec<ToolDefinition> = Vec::with_capacity(PLANNER_TOOLS.len());
     tools.push(shared_tools::search_users(shared.clone()).map_err(invalid)?);
-    tools.extend(subagent_tools::subagent_tools(weak).map_err(invalid)?);
+    tools.extend(subagent_tools::subagent_tools(Engine::clone(engine)).map_err(invalid)?);
     tools.push(shared_tools::send_message(shared).map_err(invalid)?);
     tools.extend(mcp_tools::mcp_tools(mcp).map_err(invalid)?);
     let registry = ToolRegistry::new();

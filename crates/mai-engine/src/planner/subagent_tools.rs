@@ -5,8 +5,6 @@
 //! tool is for, when to use it and how it differs from its neighbours. Must not: read or change
 //! a task of another stream, or call the store directly (the facade's checks apply here too).
 
-use std::sync::{Arc, Weak};
-
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -63,9 +61,7 @@ const ENTRY_PREVIEW_CHARS: usize = 300;
 const LIST_LIMIT: u32 = 50;
 
 /// The seven tools, in spec order (create, list, status, modify, delete, history, schedule).
-pub(super) fn subagent_tools(
-    engine: Weak<Engine>,
-) -> Result<Vec<ToolDefinition>, ToolDefinitionError> {
+pub(super) fn subagent_tools(engine: Engine) -> Result<Vec<ToolDefinition>, ToolDefinitionError> {
     let facade = Facade(engine);
     let tool = |name: &str, description: &str| (name.to_owned(), description.to_owned());
     let defs = [
@@ -147,9 +143,9 @@ impl From<Injected> for HostContext {
     }
 }
 
-/// The engine, reached weakly (the engine owns whoever holds the planner registry's tools).
+/// The engine, as the planner tools reach it.
 #[derive(Clone)]
-struct Facade(Weak<Engine>);
+struct Facade(Engine);
 
 impl Facade {
     /// The engine and the planner caller of the call's stream, after the isolation check.
@@ -160,11 +156,8 @@ impl Facade {
         ctx: &ToolContext,
         stream_id: &str,
         injected: Injected,
-    ) -> Result<(Arc<Engine>, Caller), ToolError> {
-        let engine = self
-            .0
-            .upgrade()
-            .ok_or_else(|| ToolError::new("the engine is stopping; try again after the restart"))?;
+    ) -> Result<(Engine, Caller), ToolError> {
+        let engine = self.0.clone();
         let host = HostContext::from(injected);
         let stream = current_stream(stream_id, &host)?;
         let caller = planner_caller(&engine, stream, &host).await?;
@@ -190,7 +183,7 @@ impl Facade {
         stream_id: &str,
         task_id: &str,
         injected: Injected,
-    ) -> Result<(Arc<Engine>, Caller, TaskRecord), ToolError> {
+    ) -> Result<(Engine, Caller, TaskRecord), ToolError> {
         let (engine, caller) = self.enter(ctx, stream_id, injected).await?;
         let task = resolve_in_stream(&engine, &caller, task_id)
             .await

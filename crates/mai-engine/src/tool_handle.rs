@@ -1,10 +1,12 @@
-//! The engine's side of the capabilities agent-loop tools use (`TaskControl`, `Messenger`):
-//! thin adapters onto the task manager facade and the reply path, so every tool goes through the
-//! same ownership checks and delivery as the front ends.
+//! The handle the engine's tools hold: it implements the capabilities agent-loop tools use
+//! (`TaskControl`, `Messenger`) as thin adapters onto the task facade and the reply path, so
+//! every tool goes through the same ownership checks and delivery as the front ends.
 //!
-//! They hold a weak reference: the registry that holds the tools is owned by the engine.
+//! It is made after the engine and holds it strongly; the engine revokes it when it stops (the
+//! registry holding the tools is one of the engine's dependencies, so that ends the cycle).
+//! Must not: decide anything itself — every check is the facade's.
 
-use std::sync::Weak;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -16,15 +18,35 @@ use mai_core::tool::ToolContext;
 
 use crate::engine::Engine;
 use crate::manager::{Caller, CreateTask, Door};
+use crate::run::lock;
 
-/// `TaskControl` and `Messenger` for the engine's tools.
-pub(crate) struct EngineCapabilities(pub Weak<Engine>);
+/// `TaskControl` and `Messenger` for the engine's tools (see the module comment).
+pub(crate) struct ToolHandle {
+    engine: Mutex<Option<Engine>>,
+}
 
-impl EngineCapabilities {
-    fn engine(&self) -> Result<std::sync::Arc<Engine>, String> {
-        self.0
-            .upgrade()
+impl ToolHandle {
+    pub(crate) fn new(engine: Engine) -> Self {
+        ToolHandle {
+            engine: Mutex::new(Some(engine)),
+        }
+    }
+
+    /// The engine, unless it stopped.
+    pub(crate) fn engine(&self) -> Result<Engine, String> {
+        lock(&self.engine)
+            .clone()
             .ok_or_else(|| "the engine is stopping".to_owned())
+    }
+
+    /// Lets go of the engine (on stop).
+    pub(crate) fn revoke(&self) {
+        lock(&self.engine).take();
+    }
+
+    /// The handle as the capabilities the `mai-tools` tools take.
+    pub(crate) fn capabilities(self: &Arc<Self>) -> Arc<Self> {
+        Arc::clone(self)
     }
 
     /// The calling task as a facade caller: acting for the task's requester with the task's
@@ -49,7 +71,7 @@ impl EngineCapabilities {
 }
 
 #[async_trait]
-impl TaskControl for EngineCapabilities {
+impl TaskControl for ToolHandle {
     async fn list_own_tasks(
         &self,
         ctx: &ToolContext,
@@ -120,7 +142,7 @@ impl TaskControl for EngineCapabilities {
 }
 
 #[async_trait]
-impl Messenger for EngineCapabilities {
+impl Messenger for ToolHandle {
     async fn deliver(
         &self,
         ctx: &ToolContext,
