@@ -8,8 +8,8 @@ use mai_core::host::{ChatTarget, Host};
 use mai_core::ids::PersonId;
 use mai_core::role::Role;
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus};
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::{Caller, CreateTask, Door};
+use mai_engine::TaskEvent;
+use mai_engine::{Caller, CreateTask, Door};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -107,7 +107,7 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
                 let record = engine.get(&caller, task.id).await?;
                 // Completed and failed agent tasks post a reply (or a notice); wait for it. It may
                 // have been delivered already, before this event was read.
-                let reply = mai_engine::runner::reply_task_id(&record);
+                let reply = mai_engine::reply_task_id(&record);
                 let posts_reply = record.level == TaskLevel::Agent
                     && matches!(status, TaskStatus::Completed | TaskStatus::Failed);
                 reply_done = !posts_reply

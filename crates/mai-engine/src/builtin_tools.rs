@@ -147,8 +147,10 @@ pub(crate) async fn resync_switchable(
     Ok(())
 }
 
+/// The schema of `ask_user`; the loop reads the question from the checked arguments itself.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)]
 pub struct AskUserArgs {
     /// The question, written for the person.
     pub question: String,

@@ -2,7 +2,7 @@
 //! active task from the store) and how it stops (running tasks persisted as paused-by-stop).
 //!
 //! One `Engine` owns the store, model, host, registry, config and the scheduling state; front
-//! ends call the facade in `manager.rs`, never the store directly.
+//! ends call the facade in `tasks.rs`, never the store directly.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -27,7 +27,7 @@ use crate::events::{Events, TaskEvent};
 use crate::prompts::Prompts;
 use crate::run::StopReason;
 pub(crate) use crate::run::lock;
-pub use crate::schedule::LoadFigures;
+use crate::schedule::LoadFigures;
 use crate::schedule::Schedule;
 use crate::tool_handle::ToolHandle;
 

@@ -17,8 +17,8 @@ use mai_core::task::{TaskLevel, TaskRecord};
 use mai_core::tool::ToolContext;
 
 use crate::engine::Engine;
-use crate::manager::{Caller, CreateTask, Door};
 use crate::run::lock;
+use crate::tasks::{Caller, CreateTask, Door};
 
 /// `TaskControl` and `Messenger` for the engine's tools (see the module comment).
 pub(crate) struct ToolHandle {

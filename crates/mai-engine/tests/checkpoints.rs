@@ -21,9 +21,9 @@ use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::engine::{Engine, EngineDeps};
-use mai_engine::manager::CreateTask;
-use mai_engine::prompts::Prompts;
+use mai_engine::CreateTask;
+use mai_engine::Prompts;
+use mai_engine::{Engine, EngineDeps};
 use mai_store::SqliteStore;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
@@ -214,7 +214,7 @@ async fn the_next_model_call_starts_before_the_checkpoint_lands_and_no_tool_runs
 
     gate.add_permits(1);
     wait_for(&mut events, "completed", |e| {
-        matches!(e, mai_engine::events::TaskEvent::Status { task_id, status, .. }
+        matches!(e, mai_engine::TaskEvent::Status { task_id, status, .. }
             if *task_id == task.id && *status == TaskStatus::Completed)
     })
     .await;

@@ -18,7 +18,7 @@ use mai_core::task::TaskStatus;
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
 use serde_json::{Value, json};
 
 fn is_subagent(req: &ChatRequest) -> bool {

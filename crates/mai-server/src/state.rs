@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mai_core::tool::ToolRegistry;
-use mai_engine::engine::Engine;
+use mai_engine::Engine;
 use mai_host::{EmbeddedHost, MaiBotHost};
 
 use crate::metrics::Metrics;
@@ -19,7 +19,7 @@ pub struct ServerState {
     /// The engine's host when it is MaiBot's: `GET /v1/bridge` attaches the plugin's socket to
     /// it. `None` with the embedded host.
     pub bridge: Option<MaiBotHost>,
-    /// The 11 planner tools (SYSTEM.md §7), built once by `mai_engine::planner::planner_registry`.
+    /// The 11 planner tools (SYSTEM.md §7), built once by `mai_engine::planner_registry`.
     pub planner: Arc<ToolRegistry>,
     /// What `/metrics` shows. Pass the value whose [`Metrics::meter`] wrapped the engine's
     /// model, so model latency shows up; both doors count planner tool calls into it.

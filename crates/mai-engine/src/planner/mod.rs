@@ -1,7 +1,7 @@
 //! The planner channel (see docs/design.md, "The planner"): the 11 tools the host's planner sees, as a registry of
 //! their own, separate from the agent-loop registry.
 //!
-//! These are adapters: the `subagent_*` tools go through the task manager facade, `search_users`
+//! These are adapters: the `subagent_*` tools go through the task facade, `search_users`
 //! and `send_message` run the agent-loop implementations from `mai-tools` (one implementation,
 //! two channels), the MCP proxy tools through [`McpProxy`]. A call acts as the person the
 //! planner speaks with (the host's `user_id`): with their role in the stream, for them — never

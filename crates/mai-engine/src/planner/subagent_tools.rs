@@ -22,7 +22,7 @@ use mai_tools::Reach;
 use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
 use super::lazy;
 use crate::engine::Engine;
-use crate::manager::{Caller, CreateTask};
+use crate::tasks::{Caller, CreateTask};
 
 const CREATE: &str = "Start a background sub-agent: an independent AI agent that works on a job \
 on its own (research, multi-step work, looking things up, a reminder or follow-up later) and \

@@ -1,4 +1,5 @@
-//! The task manager facade: the only API front ends (CLI, HTTP, MCP, chat commands, tools) use.
+//! The task facade (`Engine`'s task methods): the only API front ends (CLI, HTTP, MCP, chat
+//! commands, tools) use to create, read and steer tasks.
 //!
 //! Every method takes the caller's identity and checks it here: guests only read what they may
 //! see, users create and manage their own tasks, admins manage any. A task reference (full id,
