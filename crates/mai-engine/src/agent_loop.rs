@@ -23,14 +23,17 @@ use mai_core::tool::{
     discovery,
 };
 
-use crate::builtin_tools::ASK_USER;
 use crate::conversation::{Conversation, Tail};
-use crate::engine::{Deps, Engine};
+use crate::deps::Deps;
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::{PromptName, Prompts};
 use crate::run::{RunControl, RunEnd, StopReason};
 use crate::truncate::head_tail;
+
+/// The tool the loop answers itself: it suspends the task on a question.
+pub(crate) const ASK_USER: &str = "ask_user";
 
 /// Tool results longer than this reach the model as head + tail with a note.
 pub(crate) const MAX_TOOL_RESULT_CHARS: usize = 12_000;

@@ -15,14 +15,11 @@ use serde_json::Value;
 use mai_core::role::Role;
 use mai_core::tool::{ToolContext, ToolDefinition, ToolError, TypedTool, Visibility};
 
+use crate::agent_loop::ASK_USER;
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::subagent::{self, SubagentRequest};
+use crate::subagent::{self, ASK_SUBAGENT, ASK_SUBAGENTS, SubagentRequest};
 use crate::tool_handle::ToolHandle;
-
-pub const ASK_USER: &str = "ask_user";
-pub const ASK_SUBAGENT: &str = "ask_subagent";
-pub const ASK_SUBAGENTS: &str = "ask_subagents";
 
 /// Registers the built-in agent-loop tools, in spec order, as one atomic registry change.
 pub(crate) async fn register(
@@ -32,7 +29,7 @@ pub(crate) async fn register(
 ) -> Result<(), EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
     let config = engine.config.config();
-    let capabilities = handle.capabilities();
+    let capabilities = handle.clone();
     let mut tools: Vec<ToolDefinition> = Vec::new();
     // 1. Task management.
     tools.extend(mai_tools::tasks::task_tools(capabilities.clone()).map_err(invalid)?);

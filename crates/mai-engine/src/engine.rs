@@ -4,7 +4,7 @@
 //! One `Engine` owns the store, model, host, registry, config and the scheduling state; front
 //! ends call the facade in `tasks.rs`, never the store directly.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -22,14 +22,15 @@ use mai_core::store::TaskStore;
 use mai_core::task::{PauseCause, TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{RoleProvider, ToolContext, ToolRegistry};
 
+pub(crate) use crate::deps::Deps;
 use crate::error::EngineError;
 use crate::events::{Events, TaskEvent};
+use crate::planner::board_memory::BoardMemory;
 use crate::prompts::Prompts;
 use crate::run::StopReason;
 pub(crate) use crate::run::lock;
 use crate::schedule::LoadFigures;
 use crate::schedule::Schedule;
-use crate::tool_handle::ToolHandle;
 
 /// What the engine is built from.
 pub struct EngineDeps {
@@ -84,17 +85,10 @@ impl RoleProvider for TaskRole {
     }
 }
 
-/// The engine's immutable dependencies, one value shared by everything that runs tasks (the
-/// agent loop, sub-agents, the reply path).
-pub struct Deps {
-    pub(crate) store: Arc<dyn TaskStore>,
-    pub(crate) model: Arc<dyn ChatModel>,
-    pub(crate) host: Arc<dyn Host>,
-    pub(crate) registry: Arc<ToolRegistry>,
-    pub(crate) config: Arc<LiveConfig>,
-    pub(crate) prompts: Arc<Prompts>,
-    pub(crate) clock: Arc<dyn Clock>,
-}
+/// The engine as its own tools reach it. The registry holding those tools is one of the
+/// engine's dependencies, so this is a cycle while the engine runs; [`Engine::stop`] empties the
+/// slot, which ends it (a tool called after that answers that the engine is stopping).
+pub(crate) type ToolSlot = Arc<Mutex<Option<Engine>>>;
 
 /// The engine: a cheap handle (clones share one engine). Front ends call its facade
 /// (`tasks.rs`); what it owns is in [`EngineCore`].
@@ -109,15 +103,15 @@ pub struct EngineCore {
     /// The locks of the `[limits]` check on task creation.
     pub(crate) admission: crate::admission::Admission,
     /// What each planner session was last shown on its board.
-    pub(crate) board: Mutex<crate::planner::BoardMemory>,
+    pub(crate) board: Mutex<BoardMemory>,
     pub(crate) events: Events,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tracker: TaskTracker,
     /// Set by [`Engine::start`]; before that nothing is dispatched (CLI task commands use an
     /// engine that only reads and writes the store).
     started: std::sync::atomic::AtomicBool,
-    /// The handle the engine's own tools hold, revoked on stop (see [`ToolHandle`]).
-    tools: OnceLock<Arc<ToolHandle>>,
+    /// Where the engine's own tools find it; emptied on stop (see [`ToolSlot`]).
+    tool_slot: ToolSlot,
 }
 
 impl std::ops::Deref for Engine {
@@ -135,42 +129,26 @@ impl std::ops::Deref for EngineCore {
 }
 
 impl Engine {
-    /// Builds the engine, then registers its own tools with a handle on it. Nothing runs until
-    /// [`Engine::start`].
-    pub async fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
-        let EngineDeps {
-            store,
-            model,
-            host,
-            registry,
-            config,
-            prompts,
-            clock,
-            files_root,
-        } = deps;
+    /// The engine over `deps`, its own tools not registered yet (see `wiring.rs`).
+    pub(crate) fn assemble(deps: Deps) -> Engine {
         let engine = Engine(Arc::new(EngineCore {
-            schedule: Schedule::new(clock.clone()),
-            deps: Arc::new(Deps {
-                store,
-                model,
-                host,
-                registry,
-                config,
-                prompts,
-                clock,
-            }),
+            schedule: Schedule::new(deps.clock.clone()),
+            deps: Arc::new(deps),
             admission: crate::admission::Admission::default(),
-            board: Mutex::new(crate::planner::BoardMemory::default()),
+            board: Mutex::new(BoardMemory::default()),
             events: Events::new(),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             started: std::sync::atomic::AtomicBool::new(false),
-            tools: OnceLock::new(),
+            tool_slot: Arc::new(Mutex::new(None)),
         }));
-        let handle = Arc::new(ToolHandle::new(engine.clone()));
-        let _ = engine.tools.set(handle.clone());
-        crate::builtin_tools::register(&engine, &handle, files_root).await?;
-        Ok(Arc::new(engine))
+        *lock(&engine.tool_slot) = Some(engine.clone());
+        engine
+    }
+
+    /// The slot the engine's own tools reach it through: filled from the start, emptied on stop.
+    pub(crate) fn tool_slot(&self) -> &ToolSlot {
+        &self.tool_slot
     }
 
     /// Recovers every active task from the store and starts timers and dispatching.
@@ -389,21 +367,6 @@ impl Engine {
         }
     }
 
-    /// Applies a reloaded configuration (see docs/design.md, "Limits"): a config that does not validate changes
-    /// nothing and the error says why; a valid one is swapped in atomically, the tools behind
-    /// switches (shell, sub-agents, plugin APIs) follow, and a raised concurrency limit lets
-    /// queued tasks start at once. Running loops see the new values from their next read.
-    pub async fn reload_config(&self, config: mai_core::config::Config) -> Result<(), EngineError> {
-        self.config
-            .replace(config)
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        if let Some(handle) = self.tools.get() {
-            crate::builtin_tools::resync_switchable(self, handle).await?;
-        }
-        self.dispatch();
-        Ok(())
-    }
-
     /// Graceful stop: running tasks stop at their next await and are persisted as
     /// paused-by-stop; nothing new starts.
     pub async fn stop(&self) {
@@ -411,10 +374,7 @@ impl Engine {
         self.schedule.stop_all(&StopReason::Shutdown);
         self.tracker.close();
         self.tracker.wait().await;
-        // The engine's tools sit in the registry the engine holds: revoking their handle ends
-        // that cycle (a tool called from now on answers that the engine is stopping).
-        if let Some(handle) = self.tools.get() {
-            handle.revoke();
-        }
+        // Ends the cycle through the engine's own tools (see [`ToolSlot`]).
+        lock(&self.tool_slot).take();
     }
 }

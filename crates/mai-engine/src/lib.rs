@@ -11,6 +11,7 @@ mod builtin_tools;
 mod commands;
 mod conversation;
 mod cron;
+mod deps;
 mod engine;
 mod error;
 mod events;
@@ -27,6 +28,7 @@ mod tasks;
 mod tool_handle;
 mod truncate;
 mod waiting;
+mod wiring;
 
 pub use agent_loop::MAX_TOOL_CALLS_PER_ROUND;
 pub use commands::handle_command;

@@ -14,12 +14,15 @@ use serde_json::{Value, json};
 use mai_core::model::{ChatMessage, ToolSpec};
 use mai_core::tool::{ToolContext, ToolError};
 
+use crate::agent_loop::ASK_USER;
 use crate::agent_loop::{AgentLoop, LoopEnd, Presented, Sink};
-use crate::builtin_tools::{ASK_SUBAGENT, ASK_SUBAGENTS, ASK_USER};
 use crate::conversation::Conversation;
 use crate::engine::Engine;
 use crate::prompts::PromptName;
 use crate::truncate::head_tail;
+
+pub(crate) const ASK_SUBAGENT: &str = "ask_subagent";
+pub(crate) const ASK_SUBAGENTS: &str = "ask_subagents";
 
 /// Tools a sub-agent never gets.
 const EXCLUDED: [&str; 9] = [

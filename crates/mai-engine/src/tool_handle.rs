@@ -2,8 +2,8 @@
 //! (`TaskControl`, `Messenger`) as thin adapters onto the task facade and the reply path, so
 //! every tool goes through the same ownership checks and delivery as the front ends.
 //!
-//! It is made after the engine and holds it strongly; the engine revokes it when it stops (the
-//! registry holding the tools is one of the engine's dependencies, so that ends the cycle).
+//! It is made after the engine and reaches it through the engine's tool slot, which the engine
+//! empties when it stops (see `ToolSlot` in `engine.rs`).
 //! Must not: decide anything itself — every check is the facade's.
 
 use std::sync::{Arc, Mutex};
@@ -16,37 +16,36 @@ use mai_core::store::TaskFilter;
 use mai_core::task::{TaskLevel, TaskRecord};
 use mai_core::tool::ToolContext;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, ToolSlot};
 use crate::run::lock;
 use crate::tasks::{Caller, CreateTask, Door};
 
 /// `TaskControl` and `Messenger` for the engine's tools (see the module comment).
 pub(crate) struct ToolHandle {
-    engine: Mutex<Option<Engine>>,
+    slot: ToolSlot,
 }
 
 impl ToolHandle {
-    pub(crate) fn new(engine: Engine) -> Self {
+    /// A handle on `engine` through its tool slot.
+    pub(crate) fn new(engine: &Engine) -> Self {
         ToolHandle {
-            engine: Mutex::new(Some(engine)),
+            slot: engine.tool_slot().clone(),
+        }
+    }
+
+    /// A handle on an engine that is never emptied (the planner's: its registry is its front
+    /// end's, not the engine's, so holding the engine is no cycle).
+    pub(crate) fn holding(engine: Engine) -> Self {
+        ToolHandle {
+            slot: Arc::new(Mutex::new(Some(engine))),
         }
     }
 
     /// The engine, unless it stopped.
     pub(crate) fn engine(&self) -> Result<Engine, String> {
-        lock(&self.engine)
+        lock(&self.slot)
             .clone()
             .ok_or_else(|| "the engine is stopping".to_owned())
-    }
-
-    /// Lets go of the engine (on stop).
-    pub(crate) fn revoke(&self) {
-        lock(&self.engine).take();
-    }
-
-    /// The handle as the capabilities the `mai-tools` tools take.
-    pub(crate) fn capabilities(self: &Arc<Self>) -> Arc<Self> {
-        Arc::clone(self)
     }
 
     /// The calling task as a facade caller: acting for the task's requester with the task's

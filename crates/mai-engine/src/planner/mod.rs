@@ -17,6 +17,7 @@
 //! widen what the host-injected `chat_id` allows.
 
 mod board;
+pub(crate) mod board_memory;
 mod isolation;
 mod mcp_tools;
 mod shared_tools;
@@ -38,8 +39,6 @@ use mai_core::tool::{
 
 use crate::engine::Engine;
 use crate::error::EngineError;
-
-pub(crate) use board::BoardMemory;
 
 /// How a host presents a planner tool (the MCP server's `_meta.visibility`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

@@ -78,7 +78,7 @@ fn build_shared_tools(engine: &Engine) -> Result<ToolRegistry, String> {
         .ok_or_else(|| "the shared search_users tool is missing".to_owned())?;
     // The planner's registry is its front end's, not the engine's: holding the engine is no
     // cycle, and the handle is never revoked.
-    let capabilities = Arc::new(ToolHandle::new(engine.clone()));
+    let capabilities = Arc::new(ToolHandle::holding(engine.clone()));
     let send_message =
         mai_tools::send_message::send_message_tool(engine.host.clone(), capabilities)
             .map_err(|e| e.to_string())?;
