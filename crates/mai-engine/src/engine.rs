@@ -103,10 +103,10 @@ pub struct EngineCore {
     /// The locks of the `[limits]` check on task creation.
     pub(crate) admission: crate::admission::Admission,
     /// What each planner session was last shown on its board.
-    pub(crate) board: Mutex<BoardMemory>,
-    pub(crate) events: Events,
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) tracker: TaskTracker,
+    board: Mutex<BoardMemory>,
+    events: Events,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
     /// Set by [`Engine::start`]; before that nothing is dispatched (CLI task commands use an
     /// engine that only reads and writes the store).
     started: std::sync::atomic::AtomicBool,
@@ -184,6 +184,20 @@ impl Engine {
 
     pub(crate) fn now(&self) -> DateTime<Utc> {
         self.clock.now()
+    }
+
+    /// Remembers that a planner `session` was shown `board`; returns what it was shown before.
+    pub(crate) fn board_shown(
+        &self,
+        session: (mai_core::ids::StreamId, String),
+        board: String,
+    ) -> Option<String> {
+        lock(&self.board).remember(session, board)
+    }
+
+    /// Whether the engine is stopping (nothing new starts).
+    pub(crate) fn stopping(&self) -> bool {
+        self.shutdown.is_cancelled()
     }
 
     pub(crate) fn emit(&self, event: TaskEvent) {

@@ -54,7 +54,7 @@ impl Engine {
         let control = RunControl::starting_at(started);
         self.schedule.run_started(id, control.clone());
         // A stop that collected the controls just before this one was added must still win.
-        if self.shutdown.is_cancelled() {
+        if self.stopping() {
             if expected == TaskStatus::Scheduled {
                 // Claimed on due but never written: leave it due for the next start.
                 self.schedule
@@ -218,25 +218,14 @@ impl Engine {
         // before the stop check, as a claim's is, so a stop either finds it or is seen.
         let control = RunControl::starting_at(now);
         self.schedule.run_started(reply.id, control.clone());
-        let inline = !self.shutdown.is_cancelled();
+        let inline = !self.stopping();
         if inline {
             reply.transition(TaskStatus::Running, ACTOR, "dispatched", now)?;
             self.fix_parts_unpolished(&mut reply);
         } else {
             self.schedule.run_ended(reply.id);
         }
-        let outcome = self
-            .store
-            .write(&[
-                TaskWrite::Save {
-                    task: &task,
-                    expected: Some(TaskStatus::Running),
-                    expected_question: None,
-                    history: &history,
-                },
-                TaskWrite::InsertIfAbsent(&reply),
-            ])
-            .await?;
+        let outcome = self.end_with_reply(&task, &history, &reply).await?;
         if let SaveOutcome::Conflict { actual } = outcome {
             self.schedule.run_ended(reply.id);
             tracing::debug!(task = %task.id, %actual, "changed before it could complete");
@@ -280,18 +269,7 @@ impl Engine {
             task.id.short()
         );
         let reply = self.reply_task(&task, &notice, true, self.now());
-        let outcome = self
-            .store
-            .write(&[
-                TaskWrite::Save {
-                    task: &task,
-                    expected: Some(TaskStatus::Running),
-                    expected_question: None,
-                    history: &[],
-                },
-                TaskWrite::InsertIfAbsent(&reply),
-            ])
-            .await?;
+        let outcome = self.end_with_reply(&task, &[], &reply).await?;
         if outcome == SaveOutcome::Saved {
             if let Some(change) = task.status_log.last() {
                 self.emit(TaskEvent::Status {
@@ -303,6 +281,28 @@ impl Engine {
             self.reply_announced(&task, &reply, &notice, true).await;
         }
         Ok(())
+    }
+
+    /// Writes how a running task ended with `history` and the reply that delivers it, in one
+    /// transaction (a compare-and-set on `running`, so a concurrent cancel wins).
+    async fn end_with_reply(
+        &self,
+        task: &TaskRecord,
+        history: &[NewHistoryEntry],
+        reply: &TaskRecord,
+    ) -> Result<SaveOutcome, EngineError> {
+        Ok(self
+            .store
+            .write(&[
+                TaskWrite::Save {
+                    task,
+                    expected: Some(TaskStatus::Running),
+                    expected_question: None,
+                    history,
+                },
+                TaskWrite::InsertIfAbsent(reply),
+            ])
+            .await?)
     }
 
     /// A cron task's answer: checkpointed first, so the next run's conversation starts after

@@ -204,7 +204,7 @@ impl Engine {
             require(caller.role, Role::User)
                 .map_err(|_| EngineError::PermissionDenied("guests cannot create tasks".into()))?;
         }
-        if self.shutdown.is_cancelled() {
+        if self.stopping() {
             return Err(EngineError::Stopping);
         }
         let intent = request.intent.trim().to_owned();

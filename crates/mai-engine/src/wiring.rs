@@ -16,27 +16,17 @@ impl Engine {
     /// Builds the engine, then registers its own tools with a handle on it. Nothing runs until
     /// [`Engine::start`].
     pub async fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
-        let EngineDeps {
-            store,
-            model,
-            host,
-            registry,
-            config,
-            prompts,
-            clock,
-            files_root,
-        } = deps;
         let engine = Engine::assemble(Deps {
-            store,
-            model,
-            host,
-            registry,
-            config,
-            prompts,
-            clock,
+            store: deps.store,
+            model: deps.model,
+            host: deps.host,
+            registry: deps.registry,
+            config: deps.config,
+            prompts: deps.prompts,
+            clock: deps.clock,
         });
         let handle = Arc::new(ToolHandle::new(&engine));
-        builtin_tools::register(&engine, &handle, files_root).await?;
+        builtin_tools::register(&engine, &handle, deps.files_root).await?;
         Ok(Arc::new(engine))
     }
 

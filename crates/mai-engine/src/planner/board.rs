@@ -12,7 +12,7 @@ use mai_core::ids::StreamId;
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
 
-use crate::engine::{Engine, lock};
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::prompts::PromptName;
 
@@ -66,7 +66,7 @@ impl Engine {
             .render(PromptName::PlannerBoardWaiting, &json!({"tasks": tasks}))
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let key = (stream.clone(), session.to_owned());
-        let previous = lock(&self.board).remember(key, list.clone());
+        let previous = self.board_shown(key, list.clone());
         let mut parts = Vec::new();
         if previous.is_none() {
             parts.push(
