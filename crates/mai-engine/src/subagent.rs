@@ -3,8 +3,9 @@
 //! A sub-agent sees the parent's role-visible tools minus everything that talks to people,
 //! manages tasks, nests, runs commands or calls host plugins; a requested `tools` list must be a
 //! subset of that. Every call is checked against the allowed set again at execution, so a
-//! disallowed name never reaches the registry. Nothing is persisted; cancelling the parent
-//! stops its sub-agents before their next round.
+//! disallowed name never reaches the registry. Each sub-agent is the task's agent loop
+//! (`agent_loop.rs`) with nothing as its sink: nothing is persisted, the calls of a round run
+//! concurrently, and cancelling the parent stops its sub-agents before their next round.
 
 use std::collections::HashSet;
 
