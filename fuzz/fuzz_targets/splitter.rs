@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mai_engine::splitter::{normalize, split};
+use mai_engine::{normalize, split};
 use unicode_segmentation::UnicodeSegmentation;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::capabilities::McpProxy;
-use mai_engine::planner::planner_registry;
+use mai_engine::planner_registry;
 use mai_server::ServerState;
 
 use crate::app::{self, ModelChoice};

@@ -9,9 +9,9 @@ use mai_core::host::{ChatTarget, Host};
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
-use mai_engine::engine::Engine;
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::{Caller, CreateTask, Door};
+use mai_engine::Engine;
+use mai_engine::TaskEvent;
+use mai_engine::{Caller, CreateTask, Door};
 use mai_host::EmbeddedHost;
 use serde_json::json;
 use tokio::sync::broadcast;
@@ -172,7 +172,7 @@ impl Terminal<'_> {
     /// been delivered already, before the end was read.
     async fn reply_of(&self, task: &TaskRecord, status: TaskStatus) -> Result<(TaskId, bool)> {
         let record = self.engine.get(self.caller, task.id).await?;
-        let reply = mai_engine::runner::reply_task_id(&record);
+        let reply = mai_engine::reply_task_id(&record);
         let posts_reply = record.level == TaskLevel::Agent
             && matches!(status, TaskStatus::Completed | TaskStatus::Failed);
         let done = !posts_reply

@@ -116,7 +116,7 @@ async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpM
     } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
     engine.start().await.context("could not start the engine")?;
     let proxy = mcp.clone().map(|m| Arc::new(m) as Arc<dyn McpProxy>);
-    let planner = mai_engine::planner::planner_registry(&engine, proxy)
+    let planner = mai_engine::planner_registry(&engine, proxy)
         .context("could not build the planner tools")?;
     let state = ServerState {
         engine,

@@ -7,8 +7,8 @@ use mai_core::ids::{PersonId, StreamId};
 use mai_core::role::Role;
 use mai_core::store::{HistoryEntry, TaskFilter};
 use mai_core::task::{StatusChange, TaskRecord, TaskStatus};
-use mai_engine::engine::Engine;
-use mai_engine::manager::{Caller, Door};
+use mai_engine::Engine;
+use mai_engine::{Caller, Door};
 
 use crate::console::{CONSOLE_PLATFORM, CONSOLE_USER};
 

@@ -7,7 +7,7 @@ use anyhow::Result;
 use mai_core::role::Role;
 use mai_core::tool::ToolRegistry;
 use mai_core::tool::discovery::SYNTHETIC_NAMES;
-use mai_engine::engine::Engine;
+use mai_engine::Engine;
 use serde_json::json;
 
 /// Prints the tools of `role` (or the role × tool matrix when `role` is `None`).

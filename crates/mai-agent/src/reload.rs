@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use mai_core::config::Config;
-use mai_engine::engine::Engine;
+use mai_engine::Engine;
 use mai_mcp::McpManager;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use mai_core::task::TaskStatus;
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
 
 use support::{InstantModel, NullHost, Script};
 

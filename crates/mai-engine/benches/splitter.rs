@@ -3,7 +3,7 @@
 //! Run: `cargo bench -p mai-engine --bench splitter`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mai_engine::splitter::split;
+use mai_engine::split;
 use std::hint::black_box;
 
 fn mixed_text(chars: usize) -> String {

@@ -1,13 +1,17 @@
-//! The agent loop: each round presents every tool the task's role may use, applies injected
-//! instructions, asks the model, runs its tool calls through the registry's gates, and
-//! checkpoints before the next model call. It stops with an honest final answer at
-//! `max_rounds`, and it honours cancellation at every await.
+//! The agent loop, one type ([`AgentLoop`]) for tasks and sub-agents: each round presents the
+//! tools, asks the model, and runs its tool calls through the registry's gates. A task's loop
+//! has the store as its sink: it applies injected instructions, checkpoints every result
+//! (the round's last one while the model is asked next, durable before anything the reply leads
+//! to), and ends with an honest final answer at `max_rounds`; a sub-agent's keeps nothing. Both
+//! honour cancellation at every await.
 //!
 //! Unknown tools, bad arguments, tool failures and over-long outputs go back to the model as
 //! tool results; nothing the model does can kill the loop.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use futures::future::join_all;
 use serde_json::{Value, json};
 
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolCall, ToolSpec};
@@ -19,14 +23,17 @@ use mai_core::tool::{
     discovery,
 };
 
-use crate::builtin_tools::ASK_USER;
 use crate::conversation::{Conversation, Tail};
-use crate::engine::{Engine, RunControl, StopReason, lock};
+use crate::deps::Deps;
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
-use crate::prompts::PromptName;
-use crate::runner::RunEnd;
+use crate::prompts::{PromptName, Prompts};
+use crate::run::{RunControl, RunEnd, StopReason};
 use crate::truncate::head_tail;
+
+/// The tool the loop answers itself: it suspends the task on a question.
+pub(crate) const ASK_USER: &str = "ask_user";
 
 /// Tool results longer than this reach the model as head + tail with a note.
 pub(crate) const MAX_TOOL_RESULT_CHARS: usize = 12_000;
@@ -42,16 +49,26 @@ pub const MAX_TOOL_CALLS_PER_ROUND: usize = 32;
 /// dropped), and arguments over [`MAX_ARGUMENT_BYTES`] are replaced by a short note — the gate
 /// would refuse them anyway, and the conversation (sent again every round and checkpointed)
 /// must not carry megabytes the model cannot use.
-pub(crate) fn bound_tool_calls(message: &mut ChatMessage) {
+pub(crate) fn bound_tool_calls(
+    message: &mut ChatMessage,
+    prompts: &Prompts,
+) -> Result<(), EngineError> {
+    let render = |name, vars: Value| {
+        prompts
+            .render(name, &vars)
+            .map_err(|e| EngineError::Internal(e.to_string()))
+    };
     let total = message.tool_calls.len();
     if total > MAX_TOOL_CALLS_PER_ROUND {
         message.tool_calls.truncate(MAX_TOOL_CALLS_PER_ROUND);
-        let note = format!(
-            "[mai-agent: this reply asked for {total} tool calls; only the first \
-             {MAX_TOOL_CALLS_PER_ROUND} were run and the other {} were dropped. Ask for at most \
-             {MAX_TOOL_CALLS_PER_ROUND} per reply.]",
-            total - MAX_TOOL_CALLS_PER_ROUND
-        );
+        let note = render(
+            PromptName::ToolCallsDropped,
+            json!({
+                "total": total,
+                "kept": MAX_TOOL_CALLS_PER_ROUND,
+                "dropped": total - MAX_TOOL_CALLS_PER_ROUND,
+            }),
+        )?;
         if message.content.trim().is_empty() {
             message.content = note;
         } else {
@@ -65,12 +82,13 @@ pub(crate) fn bound_tool_calls(message: &mut ChatMessage) {
             other => other.to_string().len(),
         };
         if size > MAX_ARGUMENT_BYTES {
-            call.arguments = Value::String(format!(
-                "(mai-agent dropped these arguments: {size} bytes, over the limit of \
-                 {MAX_ARGUMENT_BYTES} bytes per tool call)"
-            ));
+            call.arguments = Value::String(render(
+                PromptName::ArgumentsDropped,
+                json!({"size": size, "limit": MAX_ARGUMENT_BYTES}),
+            )?);
         }
     }
+    Ok(())
 }
 
 /// The tool list of the last round, reused while the registry's view for the role is the same
@@ -99,10 +117,318 @@ impl ToolsCache {
     }
 }
 
-/// What the loop does after running a batch of tool calls.
+/// What the task loop does after a question was handled.
 pub(crate) enum AfterCalls {
     Continue,
     End(RunEnd),
+}
+
+/// The tools a loop presents each round.
+pub(crate) enum Presented {
+    /// What the registry presents to the context's role, re-read every round (a task).
+    Registry(ToolsCache),
+    /// A fixed list, and only these names may run (a sub-agent).
+    Fixed {
+        specs: Vec<ToolSpec>,
+        allowed: HashSet<String>,
+    },
+}
+
+impl Presented {
+    fn allows(&self, name: &str) -> bool {
+        match self {
+            Presented::Registry(_) => true,
+            Presented::Fixed { allowed, .. } => allowed.contains(name),
+        }
+    }
+}
+
+/// Where a loop's conversation goes as it grows.
+pub(crate) enum Sink<'a> {
+    /// A task: every tool result is checkpointed — the round's last one while the model is asked
+    /// next — injections are read and events emitted. Calls run one by one, so each result is
+    /// durable before the next call runs.
+    Store {
+        engine: &'a Engine,
+        task: &'a mut TaskRecord,
+    },
+    /// A sub-agent: nothing is kept, and the calls of one round run concurrently.
+    Discard { rounds: u32, max_rounds: u32 },
+}
+
+/// How a loop ended.
+pub(crate) enum LoopEnd {
+    Answer(String),
+    /// An admitted `ask_user` call (a task's), after the round's other calls ran.
+    Question(ToolCall, Value),
+    Cancelled,
+    Failed(String),
+    /// A sub-agent ran out of rounds; the last text the model wrote.
+    OutOfRounds(String),
+}
+
+/// What running one round's calls left.
+enum Calls {
+    Done,
+    /// The round's last result is in the conversation but not checkpointed yet: its write
+    /// overlaps the next model call, and is durable before anything else happens.
+    Unsaved,
+    End(LoopEnd),
+}
+
+/// What a model call came back with.
+enum Called {
+    End(LoopEnd),
+    Reply(ChatMessage),
+}
+
+/// The agent loop, for tasks and sub-agents alike: ask the model with the round's tools, run
+/// the calls of its reply through the registry's gates, repeat until it answers. What differs
+/// is the [`Sink`] (a task's store, or nothing) and the [`Presented`] tools.
+pub(crate) struct AgentLoop<'a> {
+    pub deps: &'a Deps,
+    pub ctx: &'a ToolContext,
+    pub sink: Sink<'a>,
+    pub tools: &'a mut Presented,
+    /// The text of the last reply that called tools.
+    pub last_text: String,
+}
+
+impl AgentLoop<'_> {
+    /// Runs until the model answers, a question is asked, the context is cancelled, or the
+    /// model fails. Stops at every await when cancelled.
+    pub(crate) async fn run(
+        &mut self,
+        conversation: &mut Conversation,
+    ) -> Result<LoopEnd, EngineError> {
+        let mut checkpoint_due = false;
+        loop {
+            if self.ctx.cancel_token().is_cancelled() {
+                if checkpoint_due {
+                    self.save_unsaved(conversation).await?;
+                }
+                return Ok(LoopEnd::Cancelled);
+            }
+            match conversation.tail() {
+                Tail::Answered(text) => return Ok(LoopEnd::Answer(text)),
+                Tail::Unfinished(calls) => match self.run_calls(conversation, calls).await? {
+                    Calls::Done => {}
+                    Calls::Unsaved => checkpoint_due = true,
+                    Calls::End(end) => return Ok(end),
+                },
+                Tail::Empty | Tail::ReadyForModel => {
+                    let due = std::mem::take(&mut checkpoint_due);
+                    if let Some(end) = self.model_round(conversation, due).await? {
+                        return Ok(end);
+                    }
+                }
+            }
+        }
+    }
+
+    fn max_rounds(&self) -> u32 {
+        match &self.sink {
+            Sink::Store { .. } => self.deps.config.config().task.max_rounds,
+            Sink::Discard { max_rounds, .. } => *max_rounds,
+        }
+    }
+
+    fn rounds(&self) -> u32 {
+        match &self.sink {
+            Sink::Store { task, .. } => task.metadata.rounds,
+            Sink::Discard { rounds, .. } => *rounds,
+        }
+    }
+
+    fn set_rounds(&mut self, round: u32) {
+        match &mut self.sink {
+            Sink::Store { task, .. } => task.metadata.rounds = round,
+            Sink::Discard { rounds, .. } => *rounds = round,
+        }
+    }
+
+    async fn save_unsaved(&mut self, conversation: &mut Conversation) -> Result<(), EngineError> {
+        match &mut self.sink {
+            Sink::Store { engine, task } => engine.save_unsaved(task, conversation).await,
+            Sink::Discard { .. } => Ok(()),
+        }
+    }
+
+    /// One model call. Returns `Some` when the loop must end.
+    ///
+    /// With `checkpoint_due`, the previous round's last tool result is written while the model
+    /// is asked (see docs/design.md, "The agent loop and checkpoints"): the write is awaited, and
+    /// its failure ends the loop as before, ahead of anything the reply leads to — the next
+    /// round's tools, a question, the final answer's delivery.
+    async fn model_round(
+        &mut self,
+        conversation: &mut Conversation,
+        checkpoint_due: bool,
+    ) -> Result<Option<LoopEnd>, EngineError> {
+        let round = self.rounds() + 1;
+        let max_rounds = self.max_rounds();
+        if round > max_rounds && matches!(self.sink, Sink::Discard { .. }) {
+            return Ok(Some(LoopEnd::OutOfRounds(std::mem::take(
+                &mut self.last_text,
+            ))));
+        }
+        let (store, entries) = match &mut self.sink {
+            Sink::Store { engine, task } if checkpoint_due => {
+                let entries = engine.take_unsaved(task, conversation)?;
+                (Some((*engine, &**task)), entries)
+            }
+            Sink::Store { engine, task } => (Some((*engine, &**task)), Vec::new()),
+            Sink::Discard { .. } => (None, Vec::new()),
+        };
+        let write = async {
+            match store {
+                Some((engine, task)) if !entries.is_empty() => {
+                    engine.write_checkpoint(task, &entries).await
+                }
+                _ => Ok(()),
+            }
+        };
+        let call = call_model(
+            self.deps,
+            self.ctx,
+            store,
+            conversation,
+            self.tools,
+            round,
+            max_rounds,
+        );
+        let (written, called) = tokio::join!(write, call);
+        written?;
+        let mut message = match called? {
+            Called::End(end) => return Ok(Some(end)),
+            Called::Reply(message) => message,
+        };
+        if round > max_rounds {
+            message.tool_calls.clear();
+        }
+        bound_tool_calls(&mut message, &self.deps.prompts)?;
+        if message.tool_calls.is_empty() && message.content.trim().is_empty() {
+            message.content = self
+                .deps
+                .prompts
+                .render(PromptName::NoAnswer, &json!({}))
+                .map_err(|e| EngineError::Internal(e.to_string()))?;
+        }
+        if !message.tool_calls.is_empty() {
+            self.last_text.clone_from(&message.content);
+        }
+        self.set_rounds(round);
+        // A reply that calls tools is saved with its first result; the final answer with the
+        // task's completion.
+        conversation.defer(message);
+        Ok(None)
+    }
+
+    /// Runs the unanswered calls of the last model reply (see [`Sink`] for how).
+    async fn run_calls(
+        &mut self,
+        conversation: &mut Conversation,
+        calls: Vec<ToolCall>,
+    ) -> Result<Calls, EngineError> {
+        match &mut self.sink {
+            Sink::Store { engine, task } => {
+                engine.run_calls(task, conversation, calls, self.ctx).await
+            }
+            Sink::Discard { .. } => {
+                run_concurrently(self.deps, self.ctx, self.tools, conversation, calls).await;
+                Ok(Calls::Done)
+            }
+        }
+    }
+}
+
+/// Applies a task's injections, presents the round's tools and asks the model (stopping when
+/// the context is cancelled). `round` past `max_rounds` is a task's last: no tools, and an
+/// explicit request for an honest summary.
+async fn call_model(
+    deps: &Deps,
+    ctx: &ToolContext,
+    store: Option<(&Engine, &TaskRecord)>,
+    conversation: &mut Conversation,
+    presented: &mut Presented,
+    round: u32,
+    max_rounds: u32,
+) -> Result<Called, EngineError> {
+    if let Some((engine, task)) = store {
+        engine.read_injections(task, conversation).await?;
+        conversation.apply_injections();
+    }
+    let last_round = round > max_rounds;
+    let tools = match presented {
+        _ if last_round => {
+            let note = deps
+                .prompts
+                .render(
+                    PromptName::MaxRoundsReached,
+                    &json!({"max_rounds": max_rounds}),
+                )
+                .map_err(|e| EngineError::Internal(e.to_string()))?;
+            conversation.defer(ChatMessage::user(note));
+            Vec::new()
+        }
+        Presented::Registry(cache) => cache.take(&deps.registry, ctx.role()),
+        Presented::Fixed { specs, .. } => specs.clone(),
+    };
+    if let Some((engine, task)) = store {
+        engine.emit(TaskEvent::Round {
+            task_id: task.id,
+            round,
+        });
+    }
+    // The conversation and the tool list move into the request and back: no per-round copy
+    // of a history that grows every round.
+    let mut request = ChatRequest::new(
+        ModelPurpose::Agent,
+        std::mem::take(&mut conversation.messages),
+    )
+    .with_tools(tools);
+    let response = tokio::select! {
+        _ = ctx.cancel_token().cancelled() => None,
+        response = deps.model.complete(&request) => Some(response),
+    };
+    conversation.messages = std::mem::take(&mut request.messages);
+    if let (false, Presented::Registry(cache)) = (last_round, presented) {
+        cache.put_back(std::mem::take(&mut request.tools));
+    }
+    Ok(match response {
+        None => Called::End(LoopEnd::Cancelled),
+        Some(Ok(response)) => Called::Reply(response.message),
+        Some(Err(error)) => Called::End(LoopEnd::Failed(format!("model call failed: {error}"))),
+    })
+}
+
+/// A sub-agent's round: its calls run concurrently, each checked against the allowed set
+/// first; results join the conversation in call order.
+async fn run_concurrently(
+    deps: &Deps,
+    ctx: &ToolContext,
+    presented: &Presented,
+    conversation: &mut Conversation,
+    calls: Vec<ToolCall>,
+) {
+    let outcomes = join_all(calls.iter().map(|call| async move {
+        if !presented.allows(&call.name) {
+            return ToolOutcome::error(
+                OutcomeKind::PermissionDenied,
+                format!("tool `{}` is not available to sub-agents", call.name),
+            );
+        }
+        deps.registry
+            .execute(&call.name, ctx.role(), call.arguments.clone(), ctx)
+            .await
+    }))
+    .await;
+    for (call, outcome) in calls.iter().zip(outcomes) {
+        let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
+        conversation
+            .messages
+            .push(ChatMessage::tool_result(call.id.clone(), text));
+    }
 }
 
 impl Engine {
@@ -116,13 +442,15 @@ impl Engine {
         }
     }
 
+    /// A task's loop: its conversation rebuilt from the history (or begun), run by an
+    /// [`AgentLoop`] with the store as its sink; a question suspends it (see `waiting.rs`).
     async fn agent_loop(
         &self,
         task: &mut TaskRecord,
         control: &RunControl,
     ) -> Result<RunEnd, EngineError> {
         // Everything injected so far is in the history read below.
-        lock(&self.injected).remove(&task.id);
+        self.schedule.take_injected(task.id);
         let history = self
             .store
             .history(task.id, task.metadata.history_from)
@@ -130,150 +458,100 @@ impl Engine {
         let mut conversation = Conversation::rebuild(&history).map_err(EngineError::Internal)?;
         let ctx = self.tool_context(task, control.token.clone());
         if conversation.messages.is_empty() {
-            let system = self
-                .prompts
-                .render(
-                    PromptName::AgentSystem,
-                    &json!({
-                        "intent": task.intent,
-                        "role": ctx.role().as_str(),
-                        "platform": task.platform,
-                        "stream_id": task.stream_id.as_str(),
-                        "now": self.now().to_rfc3339(),
-                        "max_rounds": self.config.config().task.max_rounds,
-                    }),
-                )
-                .map_err(|e| EngineError::Internal(e.to_string()))?;
-            conversation.defer(ChatMessage::system(system));
-            conversation.defer(ChatMessage::user(task.intent.clone()));
+            self.begin_conversation(task, &ctx, &mut conversation)?;
         }
-        let mut tools = ToolsCache::default();
+        let mut tools = Presented::Registry(ToolsCache::default());
         loop {
-            if let Some(reason) = control.reason() {
-                return Ok(RunEnd::Stopped(reason));
-            }
-            match conversation.tail() {
-                Tail::Answered(text) => {
+            let mut agent = AgentLoop {
+                deps: &self.deps,
+                ctx: &ctx,
+                sink: Sink::Store { engine: self, task },
+                tools: &mut tools,
+                last_text: String::new(),
+            };
+            match agent.run(&mut conversation).await? {
+                LoopEnd::Answer(text) => {
                     // Written with the completion (one write instead of two).
                     let history = self.unsaved_entries(&conversation, task.metadata.rounds)?;
                     return Ok(RunEnd::Answer { text, history });
                 }
-                Tail::Unfinished(calls) => {
+                LoopEnd::Question(call, args) => {
                     match self
-                        .run_calls(task, &mut conversation, calls, &ctx, control)
+                        .ask_user(task, &mut conversation, call, args, control)
                         .await?
                     {
                         AfterCalls::Continue => {}
                         AfterCalls::End(end) => return Ok(end),
                     }
                 }
-                Tail::Empty | Tail::ReadyForModel => {
-                    if let Some(end) = self
-                        .model_round(task, &mut conversation, &mut tools, &ctx, control)
-                        .await?
-                    {
-                        return Ok(end);
-                    }
+                LoopEnd::Cancelled => {
+                    return Ok(RunEnd::Stopped(
+                        control.reason().unwrap_or(StopReason::Shutdown),
+                    ));
+                }
+                LoopEnd::Failed(error) => return Ok(RunEnd::Failed(error)),
+                LoopEnd::OutOfRounds(_) => {
+                    return Err(EngineError::Internal(
+                        "a task's loop ran out of rounds without its summary round".into(),
+                    ));
                 }
             }
         }
     }
 
-    /// One model call. Returns `Some` when the loop must end.
-    async fn model_round(
+    /// The system prompt and the intent, the start of a task's conversation.
+    fn begin_conversation(
         &self,
-        task: &mut TaskRecord,
-        conversation: &mut Conversation,
-        tools_cache: &mut ToolsCache,
+        task: &TaskRecord,
         ctx: &ToolContext,
-        control: &RunControl,
-    ) -> Result<Option<RunEnd>, EngineError> {
-        self.read_injections(task, conversation).await?;
-        conversation.apply_injections();
-        let round = task.metadata.rounds + 1;
-        let max_rounds = self.config.config().task.max_rounds;
-        let last_round = round > max_rounds;
-        let tools = if last_round {
-            // Out of rounds: no tools, and an explicit request for an honest summary.
-            let note = self
-                .prompts
-                .render(
-                    PromptName::MaxRoundsReached,
-                    &json!({"max_rounds": max_rounds}),
-                )
-                .map_err(|e| EngineError::Internal(e.to_string()))?;
-            conversation.defer(ChatMessage::user(note));
-            Vec::new()
-        } else {
-            tools_cache.take(&self.registry, ctx.role())
-        };
-        self.emit(TaskEvent::Round {
-            task_id: task.id,
-            round,
-        });
-        // The conversation and the tool list move into the request and back: no per-round copy
-        // of a history that grows every round.
-        let mut request = ChatRequest::new(
-            ModelPurpose::Agent,
-            std::mem::take(&mut conversation.messages),
-        )
-        .with_tools(tools);
-        let response = tokio::select! {
-            _ = control.token.cancelled() => None,
-            response = self.model.complete(&request) => Some(response),
-        };
-        conversation.messages = std::mem::take(&mut request.messages);
-        if !last_round {
-            tools_cache.put_back(std::mem::take(&mut request.tools));
-        }
-        let Some(response) = response else {
-            return Ok(Some(RunEnd::Stopped(
-                control.reason().unwrap_or(StopReason::Shutdown),
-            )));
-        };
-        let mut message = match response {
-            Ok(response) => response.message,
-            Err(error) => return Ok(Some(RunEnd::Failed(format!("model call failed: {error}")))),
-        };
-        if last_round {
-            message.tool_calls.clear();
-        }
-        bound_tool_calls(&mut message);
-        if message.tool_calls.is_empty() && message.content.trim().is_empty() {
-            message.content = "(the agent finished without writing an answer)".to_owned();
-        }
-        task.metadata.rounds = round;
-        // A reply that calls tools is saved with its first result; the final answer with the
-        // task's completion.
-        conversation.defer(message);
-        Ok(None)
+        conversation: &mut Conversation,
+    ) -> Result<(), EngineError> {
+        let system = self
+            .prompts
+            .render(
+                PromptName::AgentSystem,
+                &json!({
+                    "intent": task.intent,
+                    "role": ctx.role().as_str(),
+                    "platform": task.platform,
+                    "stream_id": task.stream_id.as_str(),
+                    "now": self.now().to_rfc3339(),
+                    "max_rounds": self.config.config().task.max_rounds,
+                }),
+            )
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        conversation.defer(ChatMessage::system(system));
+        conversation.defer(ChatMessage::user(task.intent.clone()));
+        Ok(())
     }
 
-    /// Runs the unanswered calls of the last model reply, in call order. `ask_user` is handled
-    /// last, after the gates, and suspends the task.
+    /// A task's round: its calls run in call order, each result checkpointed before the next
+    /// call runs (the last one while the model is asked next). `ask_user` is handled last,
+    /// after the gates, and suspends the task.
     async fn run_calls(
         &self,
         task: &mut TaskRecord,
         conversation: &mut Conversation,
         calls: Vec<ToolCall>,
         ctx: &ToolContext,
-        control: &RunControl,
-    ) -> Result<AfterCalls, EngineError> {
-        let round = task.metadata.rounds;
+    ) -> Result<Calls, EngineError> {
+        let count = calls.len();
         let mut question: Option<(ToolCall, Value)> = None;
-        for call in calls {
-            if let Some(reason) = control.reason() {
-                return Ok(AfterCalls::End(RunEnd::Stopped(reason)));
+        for (index, call) in calls.into_iter().enumerate() {
+            if ctx.cancel_token().is_cancelled() {
+                return Ok(Calls::End(LoopEnd::Cancelled));
             }
-            let role = ctx.role();
             self.emit(TaskEvent::ToolCall {
                 task_id: task.id,
-                round,
+                round: task.metadata.rounds,
                 tool: call.name.clone(),
                 arguments: head_tail(&call.arguments.to_string(), 300),
             });
             let outcome = if call.name == ASK_USER {
-                match self.registry.admit(ASK_USER, role, call.arguments.clone()) {
+                match self
+                    .registry
+                    .admit(ASK_USER, ctx.role(), call.arguments.clone())
+                {
                     Ok((_, args)) if question.is_none() => {
                         question = Some((call, args));
                         continue;
@@ -284,29 +562,40 @@ impl Engine {
                     ),
                     Err(refusal) => refusal,
                 }
-            } else if let Some(outcome) =
-                discovery::dispatch(&self.registry, &call.name, role, &call.arguments)
-            {
-                outcome
             } else {
-                // A tool that finished as the stop arrived keeps its result: recording it means
-                // it is not run again on resume.
-                tokio::select! {
-                    biased;
-                    outcome = self.registry.execute(&call.name, role, call.arguments.clone(), ctx) => outcome,
-                    _ = control.token.cancelled() => {
-                        return Ok(AfterCalls::End(RunEnd::Stopped(
-                            control.reason().unwrap_or(StopReason::Shutdown),
-                        )));
-                    }
+                match self.run_call(&call, ctx).await {
+                    Some(outcome) => outcome,
+                    None => return Ok(Calls::End(LoopEnd::Cancelled)),
                 }
             };
+            if index + 1 == count && question.is_none() {
+                // The round's last result: checkpointed while the model is asked next.
+                self.note_result(task, conversation, &call, &outcome);
+                return Ok(Calls::Unsaved);
+            }
             self.record_result(task, conversation, &call, &outcome)
                 .await?;
         }
-        match question {
-            Some((call, args)) => self.ask_user(task, conversation, call, args, control).await,
-            None => Ok(AfterCalls::Continue),
+        Ok(match question {
+            Some((call, args)) => Calls::End(LoopEnd::Question(call, args)),
+            None => Calls::Done,
+        })
+    }
+
+    /// Runs one call of a task (discovery calls answered here); `None` when the run was
+    /// stopped first. A tool that finished as the stop arrived keeps its result: recording it
+    /// means it is not run again on resume.
+    async fn run_call(&self, call: &ToolCall, ctx: &ToolContext) -> Option<ToolOutcome> {
+        let role = ctx.role();
+        if let Some(outcome) =
+            discovery::dispatch(&self.registry, &call.name, role, &call.arguments)
+        {
+            return Some(outcome);
+        }
+        tokio::select! {
+            biased;
+            outcome = self.registry.execute(&call.name, role, call.arguments.clone(), ctx) => Some(outcome),
+            _ = ctx.cancel_token().cancelled() => None,
         }
     }
 
@@ -318,6 +607,18 @@ impl Engine {
         call: &ToolCall,
         outcome: &ToolOutcome,
     ) -> Result<(), EngineError> {
+        self.note_result(task, conversation, call, outcome);
+        self.save_unsaved(task, conversation).await
+    }
+
+    /// Adds one tool result to the conversation (not checkpointed yet) and reports it.
+    fn note_result(
+        &self,
+        task: &TaskRecord,
+        conversation: &mut Conversation,
+        call: &ToolCall,
+        outcome: &ToolOutcome,
+    ) {
         let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
         self.emit(TaskEvent::ToolResult {
             task_id: task.id,
@@ -326,32 +627,57 @@ impl Engine {
             ok: outcome.is_ok() && outcome.value.get("success") != Some(&Value::Bool(false)),
             preview: head_tail(&text, 300),
         });
-        let message = ChatMessage::tool_result(call.id.clone(), text);
-        self.checkpoint(task, conversation, task.metadata.rounds, message)
-            .await
+        conversation.defer(ChatMessage::tool_result(call.id.clone(), text));
     }
 
-    /// Adds `message` to the conversation and checkpoints it with everything not yet saved:
-    /// the task and the history entries in one transaction, only while the task is still
-    /// `running` as far as the store knows.
-    pub(crate) async fn checkpoint(
+    /// Checkpoints everything not yet saved: the task and the history entries in one
+    /// transaction, only while the task is still `running` as far as the store knows.
+    pub(crate) async fn save_unsaved(
         &self,
         task: &mut TaskRecord,
         conversation: &mut Conversation,
-        round: u32,
-        message: ChatMessage,
     ) -> Result<(), EngineError> {
-        conversation.defer(message);
+        let round = task.metadata.rounds;
         if self
             .save_with_history(task, conversation, round, TaskStatus::Running)
             .await?
         {
             Ok(())
         } else {
-            Err(EngineError::Internal(format!(
-                "task {} changed while its loop was running",
-                task.id.short()
-            )))
+            Err(changed_under_loop(task))
+        }
+    }
+
+    /// Moves the conversation's unsaved messages out as history entries of the current round,
+    /// counted in `task` (which is written with them).
+    pub(crate) fn take_unsaved(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+    ) -> Result<Vec<NewHistoryEntry>, EngineError> {
+        let entries = self.unsaved_entries(conversation, task.metadata.rounds)?;
+        conversation.unsaved.clear();
+        task.metadata.history_len += entries.len() as u64;
+        task.updated_at = self.now();
+        Ok(entries)
+    }
+
+    /// Writes a checkpoint taken by [`Engine::take_unsaved`] (compare-and-set on `running`).
+    pub(crate) async fn write_checkpoint(
+        &self,
+        task: &TaskRecord,
+        entries: &[NewHistoryEntry],
+    ) -> Result<(), EngineError> {
+        match self
+            .store
+            .checkpoint(task, Some(TaskStatus::Running), entries)
+            .await?
+        {
+            SaveOutcome::Saved => Ok(()),
+            SaveOutcome::Conflict { actual } => {
+                tracing::debug!(task = %task.id, %actual, "changed concurrently");
+                Err(changed_under_loop(task))
+            }
         }
     }
 
@@ -416,12 +742,12 @@ impl Engine {
     }
 
     /// Reads instructions injected since the loop last looked (only when there are some).
-    async fn read_injections(
+    pub(crate) async fn read_injections(
         &self,
         task: &TaskRecord,
         conversation: &mut Conversation,
     ) -> Result<(), EngineError> {
-        if !lock(&self.injected).remove(&task.id) {
+        if !self.schedule.take_injected(task.id) {
             return Ok(());
         }
         let from = conversation
@@ -437,4 +763,11 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+fn changed_under_loop(task: &TaskRecord) -> EngineError {
+    EngineError::Internal(format!(
+        "task {} changed while its loop was running",
+        task.id.short()
+    ))
 }

@@ -1,4 +1,4 @@
-//! Registration of the agent-loop tools, in the order of SYSTEM.md §4.4 (task management →
+//! Registration of the agent-loop tools, in the order of docs/design.md, "Tools" (task management →
 //! information → files → ask_user → send_message → cross-plugin API → sub-agents → command
 //! execution), each group behind its config switch; and the tools the engine itself provides:
 //! `ask_user` (handled by the loop, registered so it passes the same gates and is presented every
@@ -6,7 +6,7 @@
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -17,23 +17,21 @@ use mai_core::tool::{
     Effect, Effects, ToolContext, ToolDefinition, ToolError, TypedTool, Visibility,
 };
 
+use crate::agent_loop::ASK_USER;
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::subagent::{self, SubagentRequest};
-use crate::tool_capabilities::EngineCapabilities;
-
-pub const ASK_USER: &str = "ask_user";
-pub const ASK_SUBAGENT: &str = "ask_subagent";
-pub const ASK_SUBAGENTS: &str = "ask_subagents";
+use crate::subagent::{self, ASK_SUBAGENT, ASK_SUBAGENTS, SubagentRequest};
+use crate::tool_handle::ToolHandle;
 
 /// Registers the built-in agent-loop tools, in spec order, as one atomic registry change.
 pub(crate) async fn register(
-    engine: &Arc<Engine>,
+    engine: &Engine,
+    handle: &Arc<ToolHandle>,
     files_root: Option<PathBuf>,
 ) -> Result<(), EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
     let config = engine.config.config();
-    let capabilities = Arc::new(EngineCapabilities(Arc::downgrade(engine)));
+    let capabilities = handle.clone();
     let mut tools: Vec<ToolDefinition> = Vec::new();
     // 1. Task management.
     tools.extend(mai_tools::tasks::task_tools(capabilities.clone()).map_err(invalid)?);
@@ -65,7 +63,7 @@ pub(crate) async fn register(
             .map_err(invalid)?,
     );
     // 6.–8. Cross-plugin APIs, sub-agents, command execution: behind hot-reloadable switches.
-    tools.extend(switchable_tools(engine, &config).await?);
+    tools.extend(switchable_tools(engine, handle, &config).await?);
     engine.registry.edit(|edit| {
         for tool in tools {
             edit.register(tool);
@@ -74,10 +72,11 @@ pub(crate) async fn register(
     Ok(())
 }
 
-/// The tools of §4.4 groups 6–8, whose switches are hot-reloaded: cross-plugin APIs (allowlisted
+/// The tools of groups 6–8 (docs/design.md, "Tools"), whose switches are hot-reloaded: cross-plugin APIs (allowlisted
 /// only), sub-agents, command execution.
 async fn switchable_tools(
-    engine: &Arc<Engine>,
+    engine: &Engine,
+    handle: &Arc<ToolHandle>,
     config: &mai_core::config::Config,
 ) -> Result<Vec<ToolDefinition>, EngineError> {
     let invalid = |e: mai_core::tool::ToolDefinitionError| EngineError::Internal(e.to_string());
@@ -92,7 +91,6 @@ async fn switchable_tools(
     );
     // 7. Sub-agents.
     if config.subagent.enabled {
-        let weak = Arc::downgrade(engine);
         tools.push(
             ToolDefinition::typed(
                 ASK_SUBAGENT,
@@ -101,7 +99,7 @@ async fn switchable_tools(
                  user.",
                 Visibility::Discoverable,
                 Role::User,
-                SubagentTool::<AskSubagentArgs>::new(weak.clone()),
+                SubagentTool::<AskSubagentArgs>::new(handle.clone()),
             )
             .map_err(invalid)?
             .with_effects(Effect::NestsAgents),
@@ -114,7 +112,7 @@ async fn switchable_tools(
                  depend on each other.",
                 Visibility::Discoverable,
                 Role::User,
-                SubagentTool::<AskSubagentsArgs>::new(weak),
+                SubagentTool::<AskSubagentsArgs>::new(handle.clone()),
             )
             .map_err(invalid)?
             .with_effects(Effect::NestsAgents),
@@ -141,11 +139,14 @@ fn is_switchable(tool: &ToolDefinition) -> bool {
 }
 
 /// After a config reload: swaps the switchable tools for what the new config enables, in one
-/// atomic registry change, keeping their place in the §4.4 order (right after `send_message`).
+/// atomic registry change, keeping their place in the order of "Tools" (right after `send_message`).
 /// Running loops see the change from their next round.
-pub(crate) async fn resync_switchable(engine: &Arc<Engine>) -> Result<(), EngineError> {
+pub(crate) async fn resync_switchable(
+    engine: &Engine,
+    handle: &Arc<ToolHandle>,
+) -> Result<(), EngineError> {
     let config = engine.config.config();
-    let tools = switchable_tools(engine, &config).await?;
+    let tools = switchable_tools(engine, handle, &config).await?;
     engine.registry.edit(|edit| {
         edit.retain(|tool| !is_switchable(tool));
         edit.insert_after(mai_tools::send_message::SEND_MESSAGE, tools);
@@ -153,8 +154,10 @@ pub(crate) async fn resync_switchable(engine: &Arc<Engine>) -> Result<(), Engine
     Ok(())
 }
 
+/// The schema of `ask_user`; the loop reads the question from the checked arguments itself.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)]
 pub struct AskUserArgs {
     /// The question, written for the person.
     pub question: String,
@@ -216,10 +219,10 @@ impl From<AskSubagentsArgs> for SubagentRequest {
 }
 
 /// `ask_subagent` and `ask_subagents`: the same runner, one or several intents.
-struct SubagentTool<A>(Weak<Engine>, PhantomData<fn() -> A>);
+struct SubagentTool<A>(Arc<ToolHandle>, PhantomData<fn() -> A>);
 
 impl<A> SubagentTool<A> {
-    fn new(engine: Weak<Engine>) -> Self {
+    fn new(engine: Arc<ToolHandle>) -> Self {
         SubagentTool(engine, PhantomData)
     }
 }
@@ -230,10 +233,7 @@ where
 {
     type Args = A;
     async fn call(&self, ctx: &ToolContext, args: A) -> Result<Value, ToolError> {
-        let engine = self
-            .0
-            .upgrade()
-            .ok_or_else(|| ToolError::new("the engine is stopping"))?;
+        let engine = self.0.engine().map_err(ToolError::new)?;
         subagent::ask(&engine, ctx, args.into()).await
     }
 }

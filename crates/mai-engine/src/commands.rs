@@ -1,6 +1,7 @@
-//! Chat commands (SYSTEM.md §10): `/maitask` (alias `/mt`) `create`, `list [-all] [status]`,
-//! `status`, `cancel`, `history`, `ask`, `help` — parsed here and run through the task manager
-//! facade, which does every role and ownership check (§3).
+//! Chat commands (see docs/design.md, "Hosts and bridges"): `/maitask` (alias `/mt`) `create`,
+//! `list [-all] [status]`, `status`, `cancel`, `history`, `ask`, `help` — parsed here and run
+//! through the task facade, which does every role and ownership check (docs/design.md, "Roles and the
+//! permission model").
 //!
 //! Replies are raw, short text meant to be sent as is (never polished): one line per task with
 //! its 8-character short id. Anything unmatched — an unknown subcommand, a missing argument —
@@ -13,7 +14,7 @@ use mai_core::store::TaskFilter;
 use mai_core::task::{TaskRecord, TaskStatus};
 
 use crate::engine::Engine;
-use crate::manager::{Caller, CreateTask};
+use crate::tasks::{Caller, CreateTask};
 
 const HELP: &str = "/maitask (alias /mt) — background tasks
   create <intent>        start a task

@@ -2,10 +2,9 @@
 //! active task from the store) and how it stops (running tasks persisted as paused-by-stop).
 //!
 //! One `Engine` owns the store, model, host, registry, config and the scheduling state; front
-//! ends call the facade in `manager.rs`, never the store directly.
+//! ends call the facade in `tasks.rs`, never the store directly.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -15,7 +14,7 @@ use mai_core::clock::Clock;
 use mai_core::config::ConfigSnapshot;
 use mai_core::config::LiveConfig;
 use mai_core::host::Host;
-use mai_core::ids::{PersonId, StreamId};
+use mai_core::ids::PersonId;
 use mai_core::model::ChatModel;
 use mai_core::permission::Speaker;
 use mai_core::role::Role;
@@ -23,18 +22,15 @@ use mai_core::store::TaskStore;
 use mai_core::task::{PauseCause, TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{RoleProvider, ToolContext, ToolRegistry};
 
+pub(crate) use crate::deps::Deps;
 use crate::error::EngineError;
 use crate::events::{Events, TaskEvent};
+use crate::planner::board_memory::BoardMemory;
 use crate::prompts::Prompts;
-use crate::scheduler::{ReadyQueue, Timers};
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Engine maps are updated with single inserts/removes that cannot panic half-way, so a
-    // poisoned lock still guards consistent data.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::run::StopReason;
+pub(crate) use crate::run::lock;
+use crate::schedule::LoadFigures;
+use crate::schedule::Schedule;
 
 /// What the engine is built from.
 pub struct EngineDeps {
@@ -47,117 +43,6 @@ pub struct EngineDeps {
     pub clock: Arc<dyn Clock>,
     /// The root of the file tools' sandbox (`<data_dir>/files`); `None` registers no file tools.
     pub files_root: Option<std::path::PathBuf>,
-}
-
-/// Why a running task is asked to stop.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StopReason {
-    Cancel { actor: String },
-    Pause { actor: String },
-    Shutdown,
-    Timeout { minutes: u32 },
-}
-
-/// The handle to one running task: how to ask it to stop, and why.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RunControl {
-    pub token: CancellationToken,
-    reason: Arc<Mutex<Option<StopReason>>>,
-    /// Running time is added to the record up to this moment (set when the run starts).
-    accounted_until: Arc<Mutex<Option<DateTime<Utc>>>>,
-}
-
-impl RunControl {
-    /// A control for a run that starts at `started`.
-    pub(crate) fn starting_at(started: DateTime<Utc>) -> Self {
-        let control = RunControl::default();
-        *lock(&control.accounted_until) = Some(started);
-        control
-    }
-
-    /// Adds the running time since it was last added to `task.metadata.runtime_secs`, so a
-    /// write that ends the running (a question, the run's end) carries it.
-    pub(crate) fn add_runtime(&self, task: &mut TaskRecord, now: DateTime<Utc>) {
-        let mut since = lock(&self.accounted_until);
-        if let Some(from) = since.replace(now) {
-            task.metadata.runtime_secs += (now - from).num_seconds().max(0) as u64;
-        }
-    }
-
-    /// Asks the task to stop; the first reason wins.
-    pub(crate) fn stop(&self, reason: StopReason) {
-        let mut current = lock(&self.reason);
-        if current.is_none() {
-            *current = Some(reason);
-        }
-        drop(current);
-        self.token.cancel();
-    }
-
-    pub(crate) fn reason(&self) -> Option<StopReason> {
-        lock(&self.reason).clone()
-    }
-}
-
-/// Tasks waiting for their requester's answer, per (requester, stream), oldest first. A task
-/// that acts for nobody is not here: only the planner, its requester or an admin can answer it.
-#[derive(Debug, Default)]
-pub(crate) struct WaitingIndex {
-    by_chat: HashMap<(PersonId, StreamId), VecDeque<TaskId>>,
-    chat_of: HashMap<TaskId, (PersonId, StreamId)>,
-}
-
-impl WaitingIndex {
-    /// Makes `task` answerable by its requester's next message in its stream.
-    pub(crate) fn register(&mut self, task: &TaskRecord) {
-        let Some(person) = task.requester() else {
-            return;
-        };
-        self.register_for(task.id, person.clone(), task.stream_id.clone());
-    }
-
-    pub(crate) fn register_for(&mut self, id: TaskId, person: PersonId, stream: StreamId) {
-        if self.chat_of.contains_key(&id) {
-            return;
-        }
-        self.by_chat
-            .entry((person.clone(), stream.clone()))
-            .or_default()
-            .push_back(id);
-        self.chat_of.insert(id, (person, stream));
-    }
-
-    /// Takes the oldest task waiting in this chat: exactly one reply wakes exactly one task.
-    pub(crate) fn take_oldest(&mut self, person: &PersonId, stream: &StreamId) -> Option<TaskId> {
-        let key = (person.clone(), stream.clone());
-        let queue = self.by_chat.get_mut(&key)?;
-        let id = queue.pop_front();
-        if queue.is_empty() {
-            self.by_chat.remove(&key);
-        }
-        if let Some(id) = id {
-            self.chat_of.remove(&id);
-        }
-        id
-    }
-
-    /// Removes `id`; returns whether it was waiting (the caller that removes it owns the wake).
-    pub(crate) fn remove(&mut self, id: TaskId) -> bool {
-        let Some(key) = self.chat_of.remove(&id) else {
-            return false;
-        };
-        if let Some(queue) = self.by_chat.get_mut(&key) {
-            queue.retain(|t| *t != id);
-            if queue.is_empty() {
-                self.by_chat.remove(&key);
-            }
-        }
-        true
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.chat_of.len()
-    }
 }
 
 /// The role a task runs with: the role its door fixed (the API token's: admin; the terminal
@@ -200,63 +85,70 @@ impl RoleProvider for TaskRole {
     }
 }
 
-/// The engine.
-pub struct Engine {
-    pub(crate) store: Arc<dyn TaskStore>,
-    pub(crate) model: Arc<dyn ChatModel>,
-    pub(crate) host: Arc<dyn Host>,
-    pub(crate) registry: Arc<ToolRegistry>,
-    pub(crate) config: Arc<LiveConfig>,
-    pub(crate) prompts: Arc<Prompts>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) queue: ReadyQueue,
-    pub(crate) schedule_timers: Arc<Timers>,
-    pub(crate) question_timers: Arc<Timers>,
-    pub(crate) waiting: Mutex<WaitingIndex>,
-    pub(crate) running: Mutex<HashMap<TaskId, RunControl>>,
+/// The engine as its own tools reach it. The registry holding those tools is one of the
+/// engine's dependencies, so this is a cycle while the engine runs; [`Engine::stop`] empties the
+/// slot, which ends it (a tool called after that answers that the engine is stopping).
+pub(crate) type ToolSlot = Arc<Mutex<Option<Engine>>>;
+
+/// The engine: a cheap handle (clones share one engine). Front ends call its facade
+/// (`tasks.rs`); what it owns is in [`EngineCore`].
+#[derive(Clone)]
+pub struct Engine(Arc<EngineCore>);
+
+/// What one engine owns: its dependencies, its scheduling state, and what it needs to stop.
+pub struct EngineCore {
+    pub(crate) deps: Arc<Deps>,
+    /// Who is queued, running, due, waiting and injected.
+    pub(crate) schedule: Schedule,
     /// The locks of the `[limits]` check on task creation.
     pub(crate) admission: crate::admission::Admission,
     /// What each planner session was last shown on its board.
-    pub(crate) board: Mutex<crate::planner_board::BoardMemory>,
-    /// Tasks with injected instructions not yet read by their loop.
-    pub(crate) injected: Mutex<HashSet<TaskId>>,
-    pub(crate) events: Events,
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) tracker: TaskTracker,
+    board: Mutex<BoardMemory>,
+    events: Events,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
     /// Set by [`Engine::start`]; before that nothing is dispatched (CLI task commands use an
     /// engine that only reads and writes the store).
     started: std::sync::atomic::AtomicBool,
-    me: Weak<Engine>,
+    /// Where the engine's own tools find it; emptied on stop (see [`ToolSlot`]).
+    tool_slot: ToolSlot,
+}
+
+impl std::ops::Deref for Engine {
+    type Target = EngineCore;
+    fn deref(&self) -> &EngineCore {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for EngineCore {
+    type Target = Deps;
+    fn deref(&self) -> &Deps {
+        &self.deps
+    }
 }
 
 impl Engine {
-    /// Builds the engine and registers its own tools. Nothing runs until [`Engine::start`].
-    pub async fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
-        let files_root = deps.files_root.clone();
-        let engine = Arc::new_cyclic(|me| Engine {
-            schedule_timers: Arc::new(Timers::new(deps.clock.clone())),
-            question_timers: Arc::new(Timers::new(deps.clock.clone())),
-            store: deps.store,
-            model: deps.model,
-            host: deps.host,
-            registry: deps.registry,
-            config: deps.config,
-            prompts: deps.prompts,
-            clock: deps.clock,
-            queue: ReadyQueue::default(),
-            waiting: Mutex::new(WaitingIndex::default()),
-            running: Mutex::new(HashMap::new()),
+    /// The engine over `deps`, its own tools not registered yet (see `wiring.rs`).
+    pub(crate) fn assemble(deps: Deps) -> Engine {
+        let engine = Engine(Arc::new(EngineCore {
+            schedule: Schedule::new(deps.clock.clone()),
+            deps: Arc::new(deps),
             admission: crate::admission::Admission::default(),
-            board: Mutex::new(crate::planner_board::BoardMemory::default()),
-            injected: Mutex::new(HashSet::new()),
+            board: Mutex::new(BoardMemory::default()),
             events: Events::new(),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             started: std::sync::atomic::AtomicBool::new(false),
-            me: me.clone(),
-        });
-        crate::builtin_tools::register(&engine, files_root).await?;
-        Ok(engine)
+            tool_slot: Arc::new(Mutex::new(None)),
+        }));
+        *lock(&engine.tool_slot) = Some(engine.clone());
+        engine
+    }
+
+    /// The slot the engine's own tools reach it through: filled from the start, emptied on stop.
+    pub(crate) fn tool_slot(&self) -> &ToolSlot {
+        &self.tool_slot
     }
 
     /// Recovers every active task from the store and starts timers and dispatching.
@@ -269,10 +161,6 @@ impl Engine {
         self.recover().await?;
         self.dispatch();
         Ok(())
-    }
-
-    pub(crate) fn arc(&self) -> Option<Arc<Engine>> {
-        self.me.upgrade()
     }
 
     /// Subscribe to task events (progress output, tests, metrics).
@@ -298,31 +186,43 @@ impl Engine {
         self.clock.now()
     }
 
+    /// Remembers that a planner `session` was shown `board`; returns what it was shown before.
+    pub(crate) fn board_shown(
+        &self,
+        session: (mai_core::ids::StreamId, String),
+        board: String,
+    ) -> Option<String> {
+        lock(&self.board).remember(session, board)
+    }
+
+    /// Whether the engine is stopping (nothing new starts).
+    /// Cancelled when the service stops: a wait (a send's retry) selects on it to end at once.
+    pub(crate) fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
     pub(crate) fn emit(&self, event: TaskEvent) {
         self.events.emit(event);
     }
 
     fn start_timers(&self) {
-        let Some(engine) = self.arc() else { return };
-        let weak = Arc::downgrade(&engine);
-        let stop = self.shutdown.clone();
-        tokio::spawn(self.schedule_timers.clone().run(stop.clone(), move |id| {
-            let weak = weak.clone();
-            async move {
-                if let Some(engine) = weak.upgrade() {
-                    engine.on_due(id).await;
-                }
-            }
-        }));
-        let weak = Arc::downgrade(&engine);
-        tokio::spawn(self.question_timers.clone().run(stop, move |id| {
-            let weak = weak.clone();
-            async move {
-                if let Some(engine) = weak.upgrade() {
-                    engine.on_question_timeout(id).await;
-                }
-            }
-        }));
+        // The timer loops hold the engine until it stops (they end with `shutdown`).
+        let (due, timeout) = (self.clone(), self.clone());
+        self.schedule.start_timers(
+            self.shutdown.clone(),
+            move |id| {
+                let engine = due.clone();
+                async move { engine.on_due(id).await }
+            },
+            move |id| {
+                let engine = timeout.clone();
+                async move { engine.on_question_timeout(id).await }
+            },
+        );
     }
 
     /// The context a task's tool calls run with: acting for its requester, with its role.
@@ -346,21 +246,15 @@ impl Engine {
 
     /// Tells the timers the clock jumped (a test clock was advanced, or the wall clock was set).
     pub fn clock_changed(&self) {
-        self.schedule_timers.wake();
-        self.question_timers.wake();
+        self.schedule.clock_changed();
     }
 
     /// Counts for status output and metrics.
     pub fn load_figures(&self) -> LoadFigures {
-        LoadFigures {
-            running: self.queue.active_count(),
-            queued: self.queue.queued_count(),
-            scheduled: self.schedule_timers.len(),
-            waiting: lock(&self.waiting).len(),
-        }
+        self.schedule.figures()
     }
 
-    /// Recovery on start-up (SYSTEM.md §6.4).
+    /// Recovery on start-up (see docs/design.md, "Persistence and recovery").
     async fn recover(&self) -> Result<(), EngineError> {
         let now = self.now();
         for task in self.store.list_active().await? {
@@ -381,11 +275,11 @@ impl Engine {
         {
             match task.status {
                 TaskStatus::Scheduled => {
-                    self.schedule_timers
-                        .arm(task.id, task.scheduled_at.unwrap_or(now));
+                    self.schedule
+                        .arm_due(task.id, task.scheduled_at.unwrap_or(now));
                 }
                 TaskStatus::Pending => {
-                    self.queue.push(task.id, task.priority);
+                    self.schedule.queue(task.id, task.priority);
                 }
                 TaskStatus::Running => {
                     let before = task.status;
@@ -396,14 +290,14 @@ impl Engine {
                         now,
                     );
                     self.save_status(&task, before).await?;
-                    self.queue.push(task.id, task.priority);
+                    self.schedule.queue(task.id, task.priority);
                 }
                 TaskStatus::WaitingInput => self.recover_waiting(&task).await?,
                 TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Stop) => {
                     task.transition(TaskStatus::Pending, "recovery", "resumed after stop", now)?;
                     task.metadata.pause_cause = None;
                     self.save_status(&task, TaskStatus::Paused).await?;
-                    self.queue.push(task.id, task.priority);
+                    self.schedule.queue(task.id, task.priority);
                 }
                 _ => {}
             }
@@ -441,10 +335,9 @@ impl Engine {
         if self.shutdown.is_cancelled() || !self.started.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let Some(engine) = self.arc() else { return };
         let cap = self.config.config().task.max_concurrent_tasks as usize;
-        for id in self.queue.take_dispatchable(cap) {
-            let engine = engine.clone();
+        for id in self.schedule.take_dispatchable(cap) {
+            let engine = self.clone();
             self.tracker
                 .spawn(async move { engine.run_one(id, None).await });
         }
@@ -452,7 +345,7 @@ impl Engine {
 
     /// Queues a task and dispatches.
     pub(crate) fn enqueue(&self, task: &TaskRecord) {
-        self.queue.push(task.id, task.priority);
+        self.schedule.queue(task.id, task.priority);
         self.dispatch();
     }
 
@@ -471,15 +364,12 @@ impl Engine {
             let cap = self.config.config().task.max_concurrent_tasks as usize;
             if self.started.load(std::sync::atomic::Ordering::SeqCst)
                 && !self.shutdown.is_cancelled()
-                && self.queue.try_reserve(id, cap)
+                && self.schedule.try_reserve(id, cap)
             {
                 // The slot is ours; `run_one` frees it whatever happens.
-                if let Some(engine) = self.arc() {
-                    self.tracker
-                        .spawn(async move { engine.run_one(id, Some(task)).await });
-                } else {
-                    self.queue.finish(id);
-                }
+                let engine = self.clone();
+                self.tracker
+                    .spawn(async move { engine.run_one(id, Some(task)).await });
                 return Ok(());
             }
             if self.save_status(&task, TaskStatus::Scheduled).await? {
@@ -491,44 +381,19 @@ impl Engine {
         if let Err(error) = result {
             // Try again shortly rather than leave it scheduled with no timer.
             tracing::error!(task = %id, %error, "could not start a due task; retrying in 5 s");
-            self.schedule_timers
-                .arm(id, self.now() + chrono::Duration::seconds(5));
+            self.schedule
+                .arm_due(id, self.now() + chrono::Duration::seconds(5));
         }
-    }
-
-    /// Applies a reloaded configuration (SYSTEM.md §11): a config that does not validate changes
-    /// nothing and the error says why; a valid one is swapped in atomically, the tools behind
-    /// switches (shell, sub-agents, plugin APIs) follow, and a raised concurrency limit lets
-    /// queued tasks start at once. Running loops see the new values from their next read.
-    pub async fn reload_config(&self, config: mai_core::config::Config) -> Result<(), EngineError> {
-        self.config
-            .replace(config)
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        if let Some(engine) = self.arc() {
-            crate::builtin_tools::resync_switchable(&engine).await?;
-        }
-        self.dispatch();
-        Ok(())
     }
 
     /// Graceful stop: running tasks stop at their next await and are persisted as
     /// paused-by-stop; nothing new starts.
     pub async fn stop(&self) {
         self.shutdown.cancel();
-        let controls: Vec<RunControl> = lock(&self.running).values().cloned().collect();
-        for control in controls {
-            control.stop(StopReason::Shutdown);
-        }
+        self.schedule.stop_all(&StopReason::Shutdown);
         self.tracker.close();
         self.tracker.wait().await;
+        // Ends the cycle through the engine's own tools (see [`ToolSlot`]).
+        lock(&self.tool_slot).take();
     }
-}
-
-/// How busy the engine is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct LoadFigures {
-    pub running: usize,
-    pub queued: usize,
-    pub scheduled: usize,
-    pub waiting: usize,
 }

@@ -1,4 +1,4 @@
-//! Errors of the task manager facade: each says what failed and what the caller can do.
+//! Errors of the task facade: each says what failed and what the caller can do.
 
 use mai_core::store::StoreError;
 use mai_core::task::{IllegalTransition, TaskStatus};

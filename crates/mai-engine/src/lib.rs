@@ -1,29 +1,51 @@
-//! The engine: scheduler, agent loop, ask_user, sub-agents, reply path, task manager facade,
-//! recovery; plus the reply splitter and the prompt templates.
+//! The engine: it owns running background tasks — scheduling them (queue, slots, timers,
+//! recovery), the agent loop and its checkpoints, questions to the user, sub-agents, the reply
+//! path (polish, split, send), the prompt templates, and the planner channel's tools — behind
+//! one facade, [`Engine`], whose task methods (create, list, inject, answer, cancel, pause,
+//! resume) do every role and ownership check. Front ends use the types re-exported here; the
+//! modules are private.
 
 mod admission;
 mod agent_loop;
-pub mod builtin_tools;
-pub mod commands;
+mod builtin_tools;
+mod commands;
 mod conversation;
-pub mod engine;
-pub mod error;
-pub mod events;
-pub mod manager;
-pub mod planner;
-mod planner_board;
-pub mod prompts;
+mod cron;
+mod deps;
+mod engine;
+mod error;
+mod events;
+mod planner;
+mod prompts;
 mod reply;
-pub mod runner;
+mod run;
+mod runner;
+mod schedule;
 mod scheduler;
-pub mod splitter;
-pub mod subagent;
-mod tool_capabilities;
+mod splitter;
+mod subagent;
+mod tasks;
+mod tool_handle;
 mod truncate;
 mod waiting;
+mod wiring;
 
 pub use agent_loop::MAX_TOOL_CALLS_PER_ROUND;
+pub use commands::handle_command;
+pub use engine::{Engine, EngineDeps};
+pub use error::EngineError;
+pub use events::TaskEvent;
+pub use planner::{
+    PLANNER_TOOLS, PlannerVisibility, REFUSED_TO_PLANNER, call_planner_tool, host_context_key,
+    planner_registry, planner_visibility,
+};
+pub use prompts::{PromptError, PromptName, Prompts};
 pub use reply::part_id;
+pub use runner::reply_task_id;
+pub use schedule::LoadFigures;
+pub use splitter::{normalize, split};
+pub use subagent::{REFUSED_TO_SUBAGENTS, open_to_subagents};
+pub use tasks::{Caller, CreateTask, Door, TaskHistory};
 
 /// Entry points for the fuzz targets in `fuzz/` and for hostile-input tests. Not a stable API.
 #[doc(hidden)]
@@ -33,6 +55,6 @@ pub mod fuzzing {
     /// How the engine validates a `cron_expr` and finds its next fire time (task creation and
     /// cron re-arm both go through this).
     pub fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-        crate::runner::next_fire(expr, after)
+        crate::cron::next_fire(expr, after)
     }
 }

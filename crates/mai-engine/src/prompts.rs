@@ -51,11 +51,21 @@ pub enum PromptName {
     /// Planner board: this stream's tasks waiting for the user, oldest first. `tasks`: list of
     /// `{short_id, title, question, waiting_since}`.
     PlannerBoardWaiting,
+    /// Appended to a model reply that asked for more tool calls than a round runs. `total`: how
+    /// many it asked for; `kept`: how many run; `dropped`: how many were dropped.
+    ToolCallsDropped,
+    /// Replaces a tool call's arguments that are over the size limit. `size`, `limit`: bytes.
+    ArgumentsDropped,
+    /// Stands for an empty final answer. No variables.
+    NoAnswer,
+    /// A sub-agent's answer when it used all its rounds. `max_rounds`; `last_text`: what it
+    /// last wrote.
+    SubagentOutOfRounds,
 }
 
 impl PromptName {
     /// Every template, in declaration order.
-    pub const ALL: [PromptName; 11] = [
+    pub const ALL: [PromptName; 15] = [
         PromptName::AgentSystem,
         PromptName::SubagentSystem,
         PromptName::Title,
@@ -67,6 +77,10 @@ impl PromptName {
         PromptName::NoteCrossStream,
         PromptName::PlannerBoardIntro,
         PromptName::PlannerBoardWaiting,
+        PromptName::ToolCallsDropped,
+        PromptName::ArgumentsDropped,
+        PromptName::NoAnswer,
+        PromptName::SubagentOutOfRounds,
     ];
 
     /// The template's file name, in `prompts/` and in an override directory.
@@ -83,6 +97,10 @@ impl PromptName {
             PromptName::NoteCrossStream => "note_cross_stream.j2",
             PromptName::PlannerBoardIntro => "planner_board_intro.j2",
             PromptName::PlannerBoardWaiting => "planner_board_waiting.j2",
+            PromptName::ToolCallsDropped => "tool_calls_dropped.j2",
+            PromptName::ArgumentsDropped => "arguments_dropped.j2",
+            PromptName::NoAnswer => "no_answer.j2",
+            PromptName::SubagentOutOfRounds => "subagent_out_of_rounds.j2",
         }
     }
 
@@ -115,6 +133,10 @@ impl PromptName {
             PromptName::NoteCrossStream => &["title", "origin_stream", "summary"],
             PromptName::PlannerBoardIntro => &[],
             PromptName::PlannerBoardWaiting => &["tasks"],
+            PromptName::ToolCallsDropped => &["total", "kept", "dropped"],
+            PromptName::ArgumentsDropped => &["size", "limit"],
+            PromptName::NoAnswer => &[],
+            PromptName::SubagentOutOfRounds => &["max_rounds", "last_text"],
         }
     }
 
@@ -133,6 +155,12 @@ impl PromptName {
             PromptName::PlannerBoardIntro => include_str!("../prompts/planner_board_intro.j2"),
             PromptName::PlannerBoardWaiting => {
                 include_str!("../prompts/planner_board_waiting.j2")
+            }
+            PromptName::ToolCallsDropped => include_str!("../prompts/tool_calls_dropped.j2"),
+            PromptName::ArgumentsDropped => include_str!("../prompts/arguments_dropped.j2"),
+            PromptName::NoAnswer => include_str!("../prompts/no_answer.j2"),
+            PromptName::SubagentOutOfRounds => {
+                include_str!("../prompts/subagent_out_of_rounds.j2")
             }
         }
     }

@@ -1,4 +1,4 @@
-//! The reply path (SYSTEM.md §8): polish (optional, never blocking), split, and send with
+//! The reply path (see docs/design.md, "Replies and delivery"): polish (optional, never blocking), split, and send with
 //! retries; and instant tasks, which deliver one text through it.
 //!
 //! An instant task fixes its final parts in the record before sending the first, and records
@@ -17,10 +17,10 @@ use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
 use mai_core::store::SaveOutcome;
 use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus};
 
-use crate::engine::{Engine, RunControl, StopReason, lock};
+use crate::engine::Engine;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::RunEnd;
+use crate::run::{RunControl, RunEnd, StopReason};
 use crate::splitter;
 
 /// How long a polish may take before the original text is sent instead.
@@ -238,8 +238,9 @@ impl Engine {
         let send = self.config.config().send.clone();
         let base = Duration::from_millis(send.retry_base_ms);
         let backoff = Backoff::new(base, base.saturating_mul(MAX_SEND_WAIT_FACTOR));
-        let run = lock(&self.running)
-            .get(&task_id)
+        let run = self
+            .schedule
+            .control(task_id)
             .map(|control| control.token.clone())
             .unwrap_or_default();
         let mut last_error = String::new();
@@ -247,7 +248,7 @@ impl Engine {
             if attempt > 0 {
                 let stopped = tokio::select! {
                     () = run.cancelled() => true,
-                    () = self.shutdown.cancelled() => true,
+                    () = self.shutdown_token().cancelled() => true,
                     () = tokio::time::sleep(backoff.delay(attempt - 1)) => false,
                 };
                 if stopped {

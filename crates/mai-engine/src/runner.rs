@@ -11,26 +11,11 @@ use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
 use mai_core::task::{NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
 
 use crate::conversation::{Conversation, Tail};
-use crate::engine::{Engine, RunControl, StopReason, lock};
+use crate::cron::next_fire_blocking;
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
-
-/// How a run segment ended.
-#[derive(Debug)]
-pub(crate) enum RunEnd {
-    /// An agent's final answer, with the conversation's messages not checkpointed yet (the
-    /// answer itself): they are written with the completion.
-    Answer {
-        text: String,
-        history: Vec<NewHistoryEntry>,
-    },
-    /// An instant task delivered its text.
-    Delivered,
-    /// The task asked its owner and is now `waiting_input` (already persisted).
-    Waiting,
-    Stopped(StopReason),
-    Failed(String),
-}
+use crate::run::{RunControl, RunEnd, StopReason};
 
 const ACTOR: &str = "scheduler";
 
@@ -42,8 +27,7 @@ impl Engine {
         if let Err(error) = self.run_claimed(id, due).await {
             tracing::error!(task = %id, %error, "task run failed inside the engine");
         }
-        lock(&self.running).remove(&id);
-        self.queue.finish(id);
+        self.schedule.slot_freed(id);
         self.dispatch();
     }
 
@@ -68,13 +52,13 @@ impl Engine {
         let started = self.now();
         // Register the control before claiming, so a cancel that sees `running` finds it.
         let control = RunControl::starting_at(started);
-        lock(&self.running).insert(id, control.clone());
+        self.schedule.run_started(id, control.clone());
         // A stop that collected the controls just before this one was added must still win.
-        if self.shutdown.is_cancelled() {
+        if self.stopping() {
             if expected == TaskStatus::Scheduled {
                 // Claimed on due but never written: leave it due for the next start.
-                self.schedule_timers
-                    .arm(id, task.scheduled_at.unwrap_or(started));
+                self.schedule
+                    .arm_due(id, task.scheduled_at.unwrap_or(started));
             }
             return Ok(());
         }
@@ -178,70 +162,7 @@ impl Engine {
         let now = self.now();
         match end {
             RunEnd::Waiting => self.apply_stop_to_waiting(task.id, stop).await,
-            RunEnd::Answer { text, history } => {
-                task.metadata.answer = Some(text.clone());
-                if matches!(task.trigger, Trigger::Cron { .. }) {
-                    return self.complete_cron_answer(task, text, history).await;
-                }
-                // The answer, the completion and the reply task in one write: a concurrent
-                // cancel wins (nothing is written and no reply goes out).
-                task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
-                task.metadata.history_len += history.len() as u64;
-                let mut reply = self.reply_task(&task, &text, false, now);
-                // The reply runs in the slot its parent frees, claimed in the write that
-                // creates it: it outranks its parent's peers anyway (priority + 1), and so an
-                // answer costs a read, a write and a dispatch less. Its control is registered
-                // before the stop check, as a claim's is, so a stop either finds it or is seen.
-                let control = RunControl::starting_at(now);
-                lock(&self.running).insert(reply.id, control.clone());
-                let inline = !self.shutdown.is_cancelled();
-                if inline {
-                    reply.transition(TaskStatus::Running, ACTOR, "dispatched", now)?;
-                    self.fix_parts_unpolished(&mut reply);
-                } else {
-                    lock(&self.running).remove(&reply.id);
-                }
-                let outcome = self
-                    .store
-                    .write(&[
-                        TaskWrite::Save {
-                            task: &task,
-                            expected: Some(TaskStatus::Running),
-                            expected_question: None,
-                            history: &history,
-                        },
-                        TaskWrite::InsertIfAbsent(&reply),
-                    ])
-                    .await?;
-                if let SaveOutcome::Conflict { actual } = outcome {
-                    lock(&self.running).remove(&reply.id);
-                    tracing::debug!(task = %task.id, %actual, "changed before it could complete");
-                    return Ok(());
-                }
-                self.emit(TaskEvent::Answer {
-                    task_id: task.id,
-                    text: text.clone(),
-                });
-                self.emit(TaskEvent::Status {
-                    task_id: task.id,
-                    status: TaskStatus::Completed,
-                    reason: "answered".to_owned(),
-                });
-                if !inline {
-                    self.reply_announced(&task, &reply, &text, true).await;
-                    return Ok(());
-                }
-                self.reply_announced(&task, &reply, &text, false).await;
-                self.emit(TaskEvent::Status {
-                    task_id: reply.id,
-                    status: TaskStatus::Running,
-                    reason: "dispatched".to_owned(),
-                });
-                let reply_id = reply.id;
-                let finished = Box::pin(self.run_claimed_task(reply, &control)).await;
-                lock(&self.running).remove(&reply_id);
-                finished
-            }
+            RunEnd::Answer { text, history } => self.complete_answer(task, text, history).await,
             RunEnd::Delivered => self.complete(task, "delivered").await.map(drop),
             RunEnd::Failed(error) => self.fail(task, &error).await,
             RunEnd::Stopped(StopReason::Timeout { minutes }) => {
@@ -273,6 +194,68 @@ impl Engine {
         }
     }
 
+    /// An agent's answer: the answer, the completion and the reply task in one write (a cron
+    /// task's takes its own path), then the reply runs in the slot its parent frees.
+    async fn complete_answer(
+        &self,
+        mut task: TaskRecord,
+        text: String,
+        history: Vec<NewHistoryEntry>,
+    ) -> Result<(), EngineError> {
+        let now = self.now();
+        task.metadata.answer = Some(text.clone());
+        if matches!(task.trigger, Trigger::Cron { .. }) {
+            return self.complete_cron_answer(task, text, history).await;
+        }
+        // The answer, the completion and the reply task in one write: a concurrent
+        // cancel wins (nothing is written and no reply goes out).
+        task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
+        task.metadata.history_len += history.len() as u64;
+        let mut reply = self.reply_task(&task, &text, false, now);
+        // The reply runs in the slot its parent frees, claimed in the write that
+        // creates it: it outranks its parent's peers anyway (priority + 1), and so an
+        // answer costs a read, a write and a dispatch less. Its control is registered
+        // before the stop check, as a claim's is, so a stop either finds it or is seen.
+        let control = RunControl::starting_at(now);
+        self.schedule.run_started(reply.id, control.clone());
+        let inline = !self.stopping();
+        if inline {
+            reply.transition(TaskStatus::Running, ACTOR, "dispatched", now)?;
+            self.fix_parts_unpolished(&mut reply);
+        } else {
+            self.schedule.run_ended(reply.id);
+        }
+        let outcome = self.end_with_reply(&task, &history, &reply).await?;
+        if let SaveOutcome::Conflict { actual } = outcome {
+            self.schedule.run_ended(reply.id);
+            tracing::debug!(task = %task.id, %actual, "changed before it could complete");
+            return Ok(());
+        }
+        self.emit(TaskEvent::Answer {
+            task_id: task.id,
+            text: text.clone(),
+        });
+        self.emit(TaskEvent::Status {
+            task_id: task.id,
+            status: TaskStatus::Completed,
+            reason: "answered".to_owned(),
+        });
+        if !inline {
+            self.reply_announced(&task, &reply, &text, true).await;
+            return Ok(());
+        }
+        self.reply_announced(&task, &reply, &text, false).await;
+        self.emit(TaskEvent::Status {
+            task_id: reply.id,
+            status: TaskStatus::Running,
+            reason: "dispatched".to_owned(),
+        });
+        let reply_id = reply.id;
+        let finished = Box::pin(self.run_claimed_task(reply, &control)).await;
+        self.schedule.run_ended(reply_id);
+        finished
+    }
+
     async fn fail(&self, mut task: TaskRecord, error: &str) -> Result<(), EngineError> {
         task.metadata.error = Some(error.to_owned());
         task.transition(TaskStatus::Failed, ACTOR, error, self.now())?;
@@ -286,18 +269,7 @@ impl Engine {
             task.id.short()
         );
         let reply = self.reply_task(&task, &notice, true, self.now());
-        let outcome = self
-            .store
-            .write(&[
-                TaskWrite::Save {
-                    task: &task,
-                    expected: Some(TaskStatus::Running),
-                    expected_question: None,
-                    history: &[],
-                },
-                TaskWrite::InsertIfAbsent(&reply),
-            ])
-            .await?;
+        let outcome = self.end_with_reply(&task, &[], &reply).await?;
         if outcome == SaveOutcome::Saved {
             if let Some(change) = task.status_log.last() {
                 self.emit(TaskEvent::Status {
@@ -309,6 +281,28 @@ impl Engine {
             self.reply_announced(&task, &reply, &notice, true).await;
         }
         Ok(())
+    }
+
+    /// Writes how a running task ended with `history` and the reply that delivers it, in one
+    /// transaction (a compare-and-set on `running`, so a concurrent cancel wins).
+    async fn end_with_reply(
+        &self,
+        task: &TaskRecord,
+        history: &[NewHistoryEntry],
+        reply: &TaskRecord,
+    ) -> Result<SaveOutcome, EngineError> {
+        Ok(self
+            .store
+            .write(&[
+                TaskWrite::Save {
+                    task,
+                    expected: Some(TaskStatus::Running),
+                    expected_question: None,
+                    history,
+                },
+                TaskWrite::InsertIfAbsent(reply),
+            ])
+            .await?)
     }
 
     /// A cron task's answer: checkpointed first, so the next run's conversation starts after
@@ -485,7 +479,7 @@ impl Engine {
                         status: TaskStatus::Scheduled,
                         reason,
                     });
-                    self.schedule_timers.arm(task.id, next);
+                    self.schedule.arm_due(task.id, next);
                 }
                 Ok(true)
             }
@@ -509,7 +503,7 @@ impl Engine {
                     self.now(),
                 )?;
                 if self.save_status(&task, TaskStatus::Pending).await? {
-                    self.queue.remove(reply);
+                    self.schedule.unqueue(reply);
                 }
             }
             Ok(())
@@ -544,8 +538,7 @@ impl Engine {
             task.metadata.pause_cause = Some(PauseCause::User);
         }
         if self.save_status(&task, TaskStatus::WaitingInput).await? {
-            self.forget_question(id);
-            self.queue.remove(id);
+            self.schedule.withdraw_waiting(id);
         }
         Ok(())
     }
@@ -572,70 +565,4 @@ impl Engine {
 pub fn reply_task_id(task: &TaskRecord) -> TaskId {
     let seed = format!("{}:{}:reply", task.id, task.metadata.cron_runs);
     TaskId(Uuid::new_v5(&Uuid::NAMESPACE_OID, seed.as_bytes()))
-}
-
-/// The next fire time of a cron expression after `after`, in the server's local time zone.
-///
-/// An expression that parses but never matches a date (`0 0 31 2 *`) makes croner walk day by day
-/// to its year limit (5000): ~30-150 ms of CPU in a release build, ten times that in a debug one
-/// (found while fuzzing). Callers on the async runtime use [`next_fire_blocking`];
-/// the error then says what is wrong instead of croner's "time search limit exceeded".
-pub(crate) fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-    let cron: croner::Cron = expr
-        .parse()
-        .map_err(|e: croner::errors::CronError| e.to_string())?;
-    let local = after.with_timezone(&chrono::Local);
-    cron.find_next_occurrence(&local, false)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| match e {
-            croner::errors::CronError::TimeSearchLimitExceeded => {
-                "it never fires: no date matches it (e.g. day 31 in a month that has 30 days)"
-                    .to_owned()
-            }
-            other => other.to_string(),
-        })
-}
-
-/// [`next_fire`] on the blocking pool, so a slow search never stalls the async workers.
-pub(crate) async fn next_fire_blocking(
-    expr: &str,
-    after: DateTime<Utc>,
-) -> Result<DateTime<Utc>, String> {
-    let expr = expr.to_owned();
-    tokio::task::spawn_blocking(move || next_fire(&expr, after))
-        .await
-        .map_err(|e| format!("the cron search did not finish: {e}"))?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cron_expression_that_never_fires_is_refused_with_a_clear_reason() {
-        // The last two were found by the `cron` fuzz target: an empty list and an empty
-        // AND-mode weekday parse, and never fire.
-        for expr in [
-            "0 0 31 2 *",
-            "0 0 30 2 *",
-            "0 0 31 4,6,9,11 *",
-            "0 09 , 12 *",
-            "9 2    5  1 +",
-        ] {
-            let error = next_fire(expr, Utc::now()).unwrap_err();
-            assert!(error.contains("it never fires"), "{expr}: {error}");
-        }
-        let now = Utc::now();
-        assert!(next_fire("0 0 29 2 *", now).unwrap() > now);
-    }
-
-    #[tokio::test]
-    async fn the_blocking_search_gives_the_same_answer() {
-        let now = Utc::now();
-        assert_eq!(
-            next_fire_blocking("*/5 * * * *", now).await,
-            next_fire("*/5 * * * *", now)
-        );
-        assert!(next_fire_blocking("0 0 31 2 *", now).await.is_err());
-    }
 }

@@ -1,4 +1,4 @@
-//! The reply splitter (SYSTEM.md §8): cuts a finished reply into chat-sized messages.
+//! The reply splitter (see docs/design.md, "Replies and delivery"): cuts a finished reply into chat-sized messages.
 //!
 //! Owns the normalization of reply text and the choice of cut points. It must never change
 //! content — `split(t, ..).concat() == normalize(t)` holds for every input — and it knows nothing

@@ -1,26 +1,30 @@
-//! Sub-agents (see docs/design.md, Sub-agents): synchronous helper loops inside one tool call.
+//! Sub-agents (see docs/design.md, "Sub-agents"): synchronous helper loops inside one tool call.
 //!
 //! A sub-agent sees the parent's role-visible tools minus every tool whose effects include
 //! contacting people, managing tasks, nesting agents, running commands or calling host plugins
-//! ([`REFUSED_TO_SUBAGENTS`]); a requested `tools` list must be a subset of that. Every call is checked against the allowed set again at execution, so a
-//! disallowed name never reaches the registry. Nothing is persisted; cancelling the parent
-//! stops its sub-agents before their next round.
+//! ([`REFUSED_TO_SUBAGENTS`]); a requested `tools` list must be a subset of that. Every call is
+//! checked against the allowed set again at execution, so a disallowed name never reaches the
+//! registry. Each sub-agent is the task's agent loop (`agent_loop.rs`) with nothing as its sink:
+//! nothing is persisted, the calls of a round run concurrently, and cancelling the parent stops
+//! its sub-agents before their next round.
 
 use std::collections::HashSet;
 
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose, ToolSpec};
+use mai_core::model::{ChatMessage, ToolSpec};
 use mai_core::role::Role;
-use mai_core::tool::{
-    Effect, Effects, OutcomeKind, ToolContext, ToolDefinition, ToolError, ToolOutcome,
-};
+use mai_core::tool::{Effect, Effects, ToolContext, ToolDefinition, ToolError};
 
-use crate::agent_loop::{MAX_TOOL_RESULT_CHARS, bound_tool_calls};
+use crate::agent_loop::{AgentLoop, LoopEnd, Presented, Sink};
+use crate::conversation::Conversation;
 use crate::engine::Engine;
 use crate::prompts::PromptName;
 use crate::truncate::head_tail;
+
+pub(crate) const ASK_SUBAGENT: &str = "ask_subagent";
+pub(crate) const ASK_SUBAGENTS: &str = "ask_subagents";
 
 /// A sub-agent never gets a tool with any of these effects.
 pub const REFUSED_TO_SUBAGENTS: Effects = Effects::of(&[
@@ -131,7 +135,7 @@ fn sorted(set: &HashSet<String>) -> Vec<&str> {
     names
 }
 
-/// One sub-agent loop.
+/// One sub-agent: the agent loop over an in-memory conversation, with nothing kept.
 async fn run_one(
     engine: &Engine,
     ctx: &ToolContext,
@@ -148,46 +152,36 @@ async fn run_one(
             &json!({"intent": intent, "max_rounds": max_rounds}),
         )
         .map_err(|e| e.to_string())?;
-    let mut messages = vec![ChatMessage::system(system), ChatMessage::user(intent)];
-    let mut last_text = String::new();
-    for _round in 0..max_rounds {
-        if ctx.cancel_token().is_cancelled() {
-            return Err("cancelled with the parent task".into());
-        }
-        let request =
-            ChatRequest::new(ModelPurpose::Agent, messages.clone()).with_tools(specs.clone());
-        let response = tokio::select! {
-            _ = ctx.cancel_token().cancelled() => return Err("cancelled with the parent task".into()),
-            response = engine.model.complete(&request) => response.map_err(|e| format!("model call failed: {e}"))?,
-        };
-        let mut message = response.message;
-        if message.tool_calls.is_empty() {
-            return Ok(message.content);
-        }
-        bound_tool_calls(&mut message);
-        last_text.clone_from(&message.content);
-        let calls = message.tool_calls.clone();
-        messages.push(message);
-        // Calls of one round run concurrently; results keep call order.
-        let outcomes = join_all(calls.iter().map(|call| async move {
-            if !allowed.contains(&call.name) {
-                return ToolOutcome::error(
-                    OutcomeKind::PermissionDenied,
-                    format!("tool `{}` is not available to sub-agents", call.name),
-                );
-            }
-            engine
-                .registry
-                .execute(&call.name, ctx.role(), call.arguments.clone(), ctx)
-                .await
-        }))
-        .await;
-        for (call, outcome) in calls.iter().zip(outcomes) {
-            let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
-            messages.push(ChatMessage::tool_result(call.id.clone(), text));
-        }
+    let mut conversation = Conversation {
+        messages: vec![ChatMessage::system(system), ChatMessage::user(intent)],
+        ..Conversation::default()
+    };
+    let mut tools = Presented::Fixed {
+        specs,
+        allowed: allowed.clone(),
+    };
+    let mut agent = AgentLoop {
+        deps: &engine.deps,
+        ctx,
+        sink: Sink::Discard {
+            rounds: 0,
+            max_rounds,
+        },
+        tools: &mut tools,
+        last_text: String::new(),
+    };
+    match agent.run(&mut conversation).await {
+        Ok(LoopEnd::Answer(text)) => Ok(text),
+        Ok(LoopEnd::OutOfRounds(last_text)) => engine
+            .prompts
+            .render(
+                PromptName::SubagentOutOfRounds,
+                &json!({"max_rounds": max_rounds, "last_text": last_text}),
+            )
+            .map_err(|e| e.to_string()),
+        Ok(LoopEnd::Cancelled) => Err("cancelled with the parent task".into()),
+        Ok(LoopEnd::Failed(error)) => Err(error),
+        Ok(LoopEnd::Question(..)) => Err("sub-agents cannot ask the user".into()),
+        Err(error) => Err(error.to_string()),
     }
-    Ok(format!(
-        "(the helper used all {max_rounds} rounds without a final answer) {last_text}"
-    ))
 }

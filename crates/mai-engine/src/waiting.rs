@@ -1,4 +1,4 @@
-//! `ask_user` (SYSTEM.md §5.4): suspending a task on a question and waking it with the answer.
+//! `ask_user` (see docs/design.md, "Asking the user"): suspending a task on a question and waking it with the answer.
 //!
 //! A waiting task holds no slot and no live future: its conversation is in the history, and
 //! memory keeps only an index entry and a timer. The answer (or the timeout) is appended to the
@@ -16,11 +16,11 @@ use mai_core::tool::{OutcomeKind, ToolOutcome};
 
 use crate::agent_loop::AfterCalls;
 use crate::conversation::Conversation;
-use crate::engine::{Engine, RunControl, lock};
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::RunEnd;
+use crate::run::{RunControl, RunEnd};
 
 impl Engine {
     /// Suspends the task on `call`'s question. Order matters: the resume signal is registered
@@ -42,8 +42,7 @@ impl Engine {
         let asked_at = self.now();
         let timeout = Duration::minutes(self.config.config().task.default_timeout_min.into());
         // 1. The resume signal.
-        lock(&self.waiting).register(task);
-        self.question_timers.arm(task.id, asked_at + timeout);
+        self.schedule.await_answer(task, asked_at + timeout);
         // 2. The state change, persisted.
         task.metadata.waiting = Some(WaitingQuestion {
             call_id: call.id.clone(),
@@ -71,42 +70,55 @@ impl Engine {
         }
         // Register again now that the state is saved: a message that arrived during the save
         // took the signal but could not answer a question not yet asked (both are idempotent).
-        lock(&self.waiting).register(task);
-        self.question_timers.arm(task.id, asked_at + timeout);
+        self.schedule.await_answer(task, asked_at + timeout);
         // 3. The question, polished, into the task's stream.
         let stream = task.stream_id.clone();
         let key = question_key(task.id, &call.id);
         if let Err(error) = self.deliver(task.id, &stream, &question, &key).await {
-            if !self.forget_question(task.id) {
-                // Someone answered meanwhile: the answer is in the history and the task is
-                // queued; let that resume it.
-                return Ok(AfterCalls::End(RunEnd::Waiting));
-            }
-            task.metadata.waiting = None;
-            task.transition(
-                TaskStatus::Running,
-                "agent",
-                "question not delivered",
-                self.now(),
-            )?;
-            if !self.save_status(task, TaskStatus::WaitingInput).await? {
-                return Ok(AfterCalls::End(RunEnd::Waiting));
-            }
-            let outcome = ToolOutcome::error(
-                OutcomeKind::Failed,
-                format!(
-                    "could not deliver the question to the user: {error}; continue without the answer or give up"
-                ),
-            );
-            self.record_result(task, conversation, &call, &outcome)
-                .await?;
-            return Ok(AfterCalls::Continue);
+            return self
+                .question_not_delivered(task, conversation, &call, &error)
+                .await;
         }
         // 4. Sent: a restart must not ask again.
         self.mark_question_sent(task).await;
         // 5. The invisible note, so the planner knows a task is waiting and for what.
         self.announce_question(task, question).await;
         Ok(AfterCalls::End(RunEnd::Waiting))
+    }
+
+    /// The question could not be sent: unless someone answered meanwhile, the task runs on and
+    /// the model gets the failure as the call's result.
+    async fn question_not_delivered(
+        &self,
+        task: &mut TaskRecord,
+        conversation: &mut Conversation,
+        call: &ToolCall,
+        error: &str,
+    ) -> Result<AfterCalls, EngineError> {
+        if !self.forget_question(task.id) {
+            // Someone answered meanwhile: the answer is in the history and the task is
+            // queued; let that resume it.
+            return Ok(AfterCalls::End(RunEnd::Waiting));
+        }
+        task.metadata.waiting = None;
+        task.transition(
+            TaskStatus::Running,
+            "agent",
+            "question not delivered",
+            self.now(),
+        )?;
+        if !self.save_status(task, TaskStatus::WaitingInput).await? {
+            return Ok(AfterCalls::End(RunEnd::Waiting));
+        }
+        let outcome = ToolOutcome::error(
+            OutcomeKind::Failed,
+            format!(
+                "could not deliver the question to the user: {error}; continue without the answer or give up"
+            ),
+        );
+        self.record_result(task, conversation, call, &outcome)
+            .await?;
+        Ok(AfterCalls::Continue)
     }
 
     /// Clears the question's `unsent` mark. A compare-and-set on the question: an answer that
@@ -174,8 +186,7 @@ impl Engine {
 
     /// Drops a task's resume signal; returns whether it was still registered.
     pub(crate) fn forget_question(&self, id: TaskId) -> bool {
-        self.question_timers.disarm(id);
-        lock(&self.waiting).remove(id)
+        self.schedule.forget_question(id)
     }
 
     /// A message from `person` in `stream`: wakes the oldest task acting for them that waits
@@ -189,10 +200,9 @@ impl Engine {
         // Oldest first; an entry that no longer waits (answered or cancelled elsewhere) is
         // skipped so the reply still reaches a task that does.
         loop {
-            let Some(id) = lock(&self.waiting).take_oldest(person, stream) else {
+            let Some(id) = self.schedule.take_answerable(person, stream) else {
                 return Ok(None);
             };
-            self.question_timers.disarm(id);
             match self
                 .resume_with(id, json!({"success": true, "answer": text}))
                 .await
@@ -201,7 +211,8 @@ impl Engine {
                 Ok(false) => continue,
                 Err(error) => {
                     // Not recorded: keep the task reachable for the next reply.
-                    lock(&self.waiting).register_for(id, person.clone(), stream.clone());
+                    self.schedule
+                        .put_back_answerable(id, person.clone(), stream.clone());
                     return Err(error);
                 }
             }
@@ -218,7 +229,7 @@ impl Engine {
     }
 
     pub(crate) async fn on_question_timeout(&self, id: TaskId) {
-        if !lock(&self.waiting).remove(id) {
+        if !self.schedule.question_expired(id) {
             return;
         }
         let result: Result<(), EngineError> = async {
@@ -306,14 +317,12 @@ impl Engine {
     /// the time it has left.
     pub(crate) async fn recover_waiting(&self, task: &TaskRecord) -> Result<(), EngineError> {
         if self.question_answered(task).await? {
-            self.queue.push(task.id, task.priority);
+            self.schedule.queue(task.id, task.priority);
             return Ok(());
         }
-        lock(&self.waiting).register(task);
-        if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent)
-            && let Some(engine) = self.arc()
-        {
+        if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent) {
             // In the background: channels may connect after start-up, and sends retry.
+            let engine = self.clone();
             let task = task.clone();
             tokio::spawn(async move { engine.resend_question(task).await });
         }
@@ -323,7 +332,7 @@ impl Engine {
             .waiting
             .as_ref()
             .map_or(task.updated_at, |w| w.asked_at);
-        self.question_timers.arm(task.id, asked_at + timeout);
+        self.schedule.await_answer(task, asked_at + timeout);
         Ok(())
     }
 }

@@ -16,8 +16,8 @@ use mai_core::task::{TaskRecord, TaskStatus};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::error::EngineError;
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
+use mai_engine::EngineError;
 use serde_json::{Value, json};
 
 /// Asks first; answers with whatever the question's result was.
@@ -116,11 +116,12 @@ async fn wait_all(h: &mut Harness, tasks: &[TaskRecord], status: TaskStatus) {
     let mut left: std::collections::HashSet<_> = tasks.iter().map(|t| t.id).collect();
     while !left.is_empty() {
         let event = h
-            .wait_for("the tasks' status", |e| {
-                matches!(e, mai_engine::events::TaskEvent::Status { status: s, .. } if *s == status)
-            })
+            .wait_for(
+                "the tasks' status",
+                |e| matches!(e, mai_engine::TaskEvent::Status { status: s, .. } if *s == status),
+            )
             .await;
-        if let mai_engine::events::TaskEvent::Status { task_id, .. } = event {
+        if let mai_engine::TaskEvent::Status { task_id, .. } = event {
             left.remove(&task_id);
         }
     }

@@ -16,8 +16,8 @@ use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::TaskStatus;
 use mai_core::tool::ToolRegistry;
-use mai_engine::engine::{Engine, EngineDeps};
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
+use mai_engine::{Engine, EngineDeps};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -83,7 +83,7 @@ async fn a_user_task_cannot_escalate_through_any_tool() {
         )
         .await
         .unwrap();
-    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
 
     // What the user-role task was offered never included the admin tools.
     let offered: Vec<String> = model.agent_requests()[0]
@@ -230,7 +230,7 @@ async fn armed_engine(
         host: host.clone(),
         registry: Arc::new(ToolRegistry::new()),
         config: live.clone(),
-        prompts: Arc::new(mai_engine::prompts::Prompts::embedded()),
+        prompts: Arc::new(mai_engine::Prompts::embedded()),
         clock: Arc::new(SystemClock),
         files_root: Some(dir.join("files")),
     })
@@ -316,7 +316,7 @@ async fn a_user_tasks_subagent_cannot_escalate_either() {
         )
         .await
         .unwrap();
-    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
     let results = seen.lock().unwrap().clone();
     assert_eq!(results.len(), attacks.len(), "{results:?}");
     for ((name, args), result) in attacks.iter().zip(&results) {
@@ -374,7 +374,7 @@ async fn a_demoted_owner_loses_the_admin_tools_at_the_next_call() {
         )
         .await
         .unwrap();
-    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id == task.id)).await;
     let done = engine
         .get(&caller("x", Role::Admin, "s"), task.id)
         .await

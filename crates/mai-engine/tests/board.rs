@@ -10,7 +10,7 @@ use mai_core::ids::StreamId;
 use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::TaskStatus;
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
 use serde_json::json;
 
 #[tokio::test]

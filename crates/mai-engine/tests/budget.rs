@@ -20,7 +20,7 @@ async fn every_roles_schemas_fit_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config();
     config.shell.enabled = true;
-    let engine = mai_engine::engine::Engine::new(mai_engine::engine::EngineDeps {
+    let engine = mai_engine::Engine::new(mai_engine::EngineDeps {
         store: Arc::new(
             mai_store::SqliteStore::open(&dir.path().join("t.db"))
                 .await
@@ -30,7 +30,7 @@ async fn every_roles_schemas_fit_the_budget() {
         host: Arc::new(RecordingHost::default()),
         registry: Arc::new(ToolRegistry::new()),
         config: Arc::new(mai_core::config::LiveConfig::new(config).unwrap()),
-        prompts: Arc::new(mai_engine::prompts::Prompts::embedded()),
+        prompts: Arc::new(mai_engine::Prompts::embedded()),
         clock: Arc::new(mai_core::clock::SystemClock),
         files_root: Some(dir.path().join("files")),
     })

@@ -11,8 +11,8 @@ use mai_core::ids::{Owner, StreamId};
 use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskRecord, TaskStatus, Trigger};
-use mai_engine::commands::handle_command;
-use mai_engine::manager::{Caller, CreateTask, Door};
+use mai_engine::handle_command;
+use mai_engine::{Caller, CreateTask, Door};
 use serde_json::json;
 
 fn config() -> mai_core::config::Config {

@@ -17,8 +17,8 @@ use mai_core::task::{TaskLevel, TaskStatus, Trigger};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
+use mai_engine::TaskEvent;
 use serde_json::{Value, json};
 
 /// The number of tool results already in the conversation.
@@ -515,7 +515,7 @@ async fn send_failures_are_retried_and_exhausted_retries_fail_the_reply() {
     h.wait_for("sent", |e| matches!(e, TaskEvent::Sent { .. }))
         .await;
     assert_eq!(h.host.sent_to("s"), ["the answer"]);
-    let reply = mai_engine::runner::reply_task_id(&record(&h.engine, task.id).await);
+    let reply = mai_engine::reply_task_id(&record(&h.engine, task.id).await);
     h.wait_status(reply, TaskStatus::Completed).await;
 
     h.host.rejecting_sends.store(10, Ordering::SeqCst);
@@ -525,7 +525,7 @@ async fn send_failures_are_retried_and_exhausted_retries_fail_the_reply() {
         .await
         .unwrap();
     h.wait_status(task.id, TaskStatus::Completed).await;
-    let reply = mai_engine::runner::reply_task_id(&record(&h.engine, task.id).await);
+    let reply = mai_engine::reply_task_id(&record(&h.engine, task.id).await);
     h.wait_status(reply, TaskStatus::Failed).await;
     let failed = record(&h.engine, reply).await;
     assert!(
@@ -554,7 +554,7 @@ async fn a_failing_channel_gets_exactly_max_retries_retries_then_an_honest_failu
         .await
         .unwrap();
     h.wait_status(task.id, TaskStatus::Completed).await;
-    let reply = mai_engine::runner::reply_task_id(&record(&h.engine, task.id).await);
+    let reply = mai_engine::reply_task_id(&record(&h.engine, task.id).await);
     h.wait_status(reply, TaskStatus::Failed).await;
     assert_eq!(
         100 - h.host.failing_sends.load(Ordering::SeqCst),
@@ -733,7 +733,7 @@ async fn a_reply_tasks_status_log_starts_with_created_and_runs_in_time_order() {
         .await
         .unwrap();
     h.wait_status(task.id, TaskStatus::Completed).await;
-    let reply = mai_engine::runner::reply_task_id(&record(&h.engine, task.id).await);
+    let reply = mai_engine::reply_task_id(&record(&h.engine, task.id).await);
     h.wait_status(reply, TaskStatus::Completed).await;
     let log = record(&h.engine, reply).await.status_log;
     let steps: Vec<(TaskStatus, &str)> =

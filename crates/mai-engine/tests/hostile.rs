@@ -28,9 +28,9 @@ use mai_core::tool::{
     MAX_ARGUMENT_BYTES, ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry,
     Visibility,
 };
+use mai_engine::CreateTask;
 use mai_engine::MAX_TOOL_CALLS_PER_ROUND;
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::CreateTask;
+use mai_engine::TaskEvent;
 use mai_llm::OpenAiClient;
 use serde_json::{Value, json};
 

@@ -18,7 +18,7 @@ use mai_core::task::{PauseCause, TaskId, TaskStatus, Trigger};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
 use serde_json::{Value, json};
 
 fn tool_results(req: &ChatRequest) -> usize {
@@ -172,7 +172,7 @@ async fn a_crash_mid_task_resumes_from_the_checkpoint_without_rerunning_tools() 
     .await;
     let mut events = engine.subscribe();
     engine.start().await.unwrap();
-    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task_id)).await;
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task_id)).await;
 
     assert_eq!(
         count.load(Ordering::SeqCst),
@@ -245,7 +245,7 @@ async fn a_waiting_task_survives_a_crash_and_the_reply_continues_the_same_conver
             .await
             .unwrap();
         wait_for(&mut events, "waiting", |e| {
-            matches!(e, mai_engine::events::TaskEvent::Question { .. })
+            matches!(e, mai_engine::TaskEvent::Question { .. })
         })
         .await;
         task.id
@@ -275,7 +275,7 @@ async fn a_waiting_task_survives_a_crash_and_the_reply_continues_the_same_conver
             .unwrap(),
         Some(task_id)
     );
-    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task_id)).await;
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task_id)).await;
     let last = model.agent_requests().last().unwrap().clone();
     let roles: Vec<MessageRole> = last.messages.iter().map(|m| m.role).collect();
     assert_eq!(
@@ -330,7 +330,7 @@ async fn a_graceful_stop_pauses_running_tasks_and_the_next_start_resumes_them() 
     .await;
     let mut events = engine.subscribe();
     engine.start().await.unwrap();
-    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::events::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task.id)).await;
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task.id)).await;
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
@@ -499,7 +499,7 @@ async fn a_cron_task_rearms_after_completion_and_a_cancel_stops_it() {
     // Two runs, two replies (each reply task runs after its run re-armed the cron task).
     while h.host.sent_to("s").len() < 2 {
         h.wait_for("a reply", |e| {
-            matches!(e, mai_engine::events::TaskEvent::Sent { .. })
+            matches!(e, mai_engine::TaskEvent::Sent { .. })
         })
         .await;
     }
@@ -637,7 +637,7 @@ async fn a_question_cut_off_by_a_crash_is_sent_on_the_next_start_and_only_then()
         let mut events = engine.subscribe();
         engine.start().await.unwrap();
         wait_for(&mut events, "the question", |e| {
-            matches!(e, mai_engine::events::TaskEvent::Question { .. })
+            matches!(e, mai_engine::TaskEvent::Question { .. })
         })
         .await;
         let record = record(&engine, task_id).await;
@@ -670,7 +670,7 @@ async fn a_question_cut_off_by_a_crash_is_sent_on_the_next_start_and_only_then()
         Some(task_id)
     );
     wait_for(&mut events, "the reply", |e| {
-        matches!(e, mai_engine::events::TaskEvent::Sent { .. })
+        matches!(e, mai_engine::TaskEvent::Sent { .. })
     })
     .await;
     let sent = host.sent_to("s");

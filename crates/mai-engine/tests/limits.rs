@@ -14,11 +14,11 @@ use mai_core::model::{ChatRequest, ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::{TaskRecord, TaskStatus, Trigger};
+use mai_engine::CreateTask;
+use mai_engine::Engine;
+use mai_engine::EngineError;
 use mai_engine::MAX_TOOL_CALLS_PER_ROUND;
-use mai_engine::engine::Engine;
-use mai_engine::error::EngineError;
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::CreateTask;
+use mai_engine::TaskEvent;
 use serde_json::{Value, json};
 
 fn tool_results(request: &ChatRequest) -> Vec<Value> {

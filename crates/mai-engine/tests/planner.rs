@@ -19,9 +19,9 @@ use mai_core::model::{ChatResponse, MessageRole, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskStatus, Trigger};
 use mai_core::tool::{Effect, Effects, ToolOutcome, ToolRegistry};
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::{Caller, CreateTask};
-use mai_engine::planner::{
+use mai_engine::TaskEvent;
+use mai_engine::{Caller, CreateTask};
+use mai_engine::{
     PLANNER_TOOLS, PlannerVisibility, REFUSED_TO_PLANNER, call_planner_tool, planner_registry,
     planner_visibility,
 };
@@ -738,7 +738,7 @@ async fn a_reference_ambiguous_across_streams_resolves_within_the_current_one() 
             .engine
             .resolve(&caller("admin", Role::Admin, "s"), &title)
             .await,
-        Err(mai_engine::error::EngineError::Ambiguous { .. })
+        Err(mai_engine::EngineError::Ambiguous { .. })
     ));
     let status = call(
         &harness,

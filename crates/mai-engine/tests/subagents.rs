@@ -18,7 +18,7 @@ use mai_core::task::TaskStatus;
 use mai_core::tool::{
     Effect, Effects, ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
 use serde_json::{Value, json};
 
 fn is_subagent(req: &ChatRequest) -> bool {
@@ -450,7 +450,7 @@ async fn over_the_real_registry_the_effect_filter_refuses_exactly_what_the_name_
         let name = tool.name();
         let refused_before = REFUSED_BY_NAME_BEFORE.contains(&name) || name.starts_with("call_");
         assert_eq!(
-            mai_engine::subagent::open_to_subagents(&tool),
+            mai_engine::open_to_subagents(&tool),
             !refused_before,
             "{name} ({:?})",
             tool.effects()
@@ -462,7 +462,7 @@ async fn over_the_real_registry_the_effect_filter_refuses_exactly_what_the_name_
 fn an_external_tool_is_filtered_by_its_effects_not_its_name() {
     let runs = Arc::default();
     let tool = |name: &str, effects: Effects| counting_tool(name, Role::User, effects, &runs);
-    let open = mai_engine::subagent::open_to_subagents;
+    let open = mai_engine::open_to_subagents;
     // An MCP tool that messages people is refused although no list names it…
     let notify = Effects::of(&[Effect::CallsMcp, Effect::ContactsPeople]);
     assert!(!open(&tool("mcp_chat_notify", notify)));

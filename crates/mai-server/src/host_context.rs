@@ -107,7 +107,7 @@ impl HostContext {
             ("user_id", &self.user_id),
         ];
         for (key, value) in context {
-            let key = mai_engine::planner::host_context_key(key, schema);
+            let key = mai_engine::host_context_key(key, schema);
             match value {
                 Some(value) => args.insert(key, value.clone().into()),
                 None => args.remove(&key),

@@ -23,9 +23,9 @@ use mai_core::ids::{PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::role::Role;
 use mai_core::task::TaskId;
-use mai_engine::commands::handle_command;
-use mai_engine::error::EngineError;
-use mai_engine::manager::Caller;
+use mai_engine::Caller;
+use mai_engine::EngineError;
+use mai_engine::handle_command;
 use mai_host::IncomingMessage;
 
 use crate::state::ServerState;

@@ -23,10 +23,10 @@ use tokio::sync::{Notify, broadcast};
 use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, StreamDelta};
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
-use mai_engine::engine::Engine;
-use mai_engine::error::EngineError;
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::Caller;
+use mai_engine::Caller;
+use mai_engine::Engine;
+use mai_engine::EngineError;
+use mai_engine::TaskEvent;
 
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

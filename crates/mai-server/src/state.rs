@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mai_core::tool::ToolRegistry;
-use mai_engine::engine::Engine;
+use mai_engine::Engine;
 use mai_host::{EmbeddedHost, MaiBotHost};
 
 use crate::metrics::Metrics;
@@ -20,7 +20,7 @@ pub struct ServerState {
     /// it. `None` with the embedded host.
     pub bridge: Option<MaiBotHost>,
     /// The 11 planner tools (docs/design.md, "The planner"), built once by
-    /// `mai_engine::planner::planner_registry`.
+    /// `mai_engine::planner_registry`.
     pub planner: Arc<ToolRegistry>,
     /// What `/metrics` shows. Pass the value whose [`Metrics::meter`] wrapped the engine's
     /// model, so model latency shows up; both doors count planner tool calls into it.

@@ -23,7 +23,7 @@ use mai_core::host::{ChatLine, Delivery};
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::ChatResponse;
 use mai_core::task::{TaskId, TaskStatus};
-use mai_engine::manager::Caller;
+use mai_engine::Caller;
 use mai_host::{MaiBotConfig, MaiBotHost};
 use mai_llm::ScriptedModel;
 use mai_server::HttpOptions;
@@ -139,7 +139,7 @@ async fn create_task(served: &Served) -> TaskId {
 async fn reply_of(service: &Service, task: TaskId) -> TaskId {
     let admin = Caller::admin_reader("test").unwrap();
     let record = service.state.engine.get(&admin, task).await.unwrap();
-    mai_engine::runner::reply_task_id(&record)
+    mai_engine::reply_task_id(&record)
 }
 
 async fn health(served: &Served) -> Value {

@@ -500,7 +500,7 @@ async fn a_task_created_over_http_runs_and_its_reply_reaches_the_channel() {
     // … and so does the reply task that delivered its answer.
     service
         .wait_for("the reply task completed", |e| {
-            matches!(e, mai_engine::events::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id != id)
+            matches!(e, mai_engine::TaskEvent::Status { task_id, status: TaskStatus::Completed, .. } if *task_id != id)
         })
         .await;
 
@@ -910,12 +910,12 @@ async fn the_planner_tools_are_listed_in_order_with_the_registrys_definitions() 
     assert_eq!(status, 200, "{body}");
     let tools = body["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    let expected: Vec<&str> = mai_engine::planner::PLANNER_TOOLS
+    let expected: Vec<&str> = mai_engine::PLANNER_TOOLS
         .iter()
         .map(|(name, _)| *name)
         .collect();
     assert_eq!(names, expected);
-    for (tool, (name, visibility)) in tools.iter().zip(mai_engine::planner::PLANNER_TOOLS) {
+    for (tool, (name, visibility)) in tools.iter().zip(mai_engine::PLANNER_TOOLS) {
         let definition = service.state.planner.get(name).unwrap();
         assert_eq!(tool["description"], definition.description(), "{name}");
         assert_eq!(&tool["parameters"], definition.parameters(), "{name}");

@@ -10,8 +10,8 @@ use mai_core::model::ChatResponse;
 use mai_core::role::Role;
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::{Caller, CreateTask};
+use mai_engine::TaskEvent;
+use mai_engine::{Caller, CreateTask};
 use mai_llm::ScriptedModel;
 use mai_server::{Inbound, InboundError, deliver};
 

@@ -14,7 +14,7 @@ use mai_core::config::ServerConfig;
 use mai_core::host::PluginApi;
 use mai_core::model::{ChatResponse, MessageRole};
 use mai_core::task::{TaskId, TaskStatus};
-use mai_engine::planner::PLANNER_TOOLS;
+use mai_engine::PLANNER_TOOLS;
 use mai_llm::ScriptedModel;
 use mai_server::HttpOptions;
 use serde_json::{Value, json};

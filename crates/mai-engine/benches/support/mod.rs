@@ -28,10 +28,10 @@ use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::engine::{Engine, EngineDeps};
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::Caller;
-use mai_engine::prompts::Prompts;
+use mai_engine::Caller;
+use mai_engine::Prompts;
+use mai_engine::TaskEvent;
+use mai_engine::{Engine, EngineDeps};
 use mai_store::SqliteStore;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;

@@ -37,8 +37,8 @@ mod waiting;
 use std::sync::Arc;
 
 use mai_core::model::ChatModel;
-use mai_engine::engine::Engine;
-use mai_engine::manager::CreateTask;
+use mai_engine::CreateTask;
+use mai_engine::Engine;
 use mai_store::SqliteStore;
 use support::{NullHost, TimedModel, TimedStore, Timings};
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use mai_core::task::{TaskId, TaskStatus};
-use mai_engine::engine::Engine;
-use mai_engine::events::TaskEvent;
+use mai_engine::Engine;
+use mai_engine::TaskEvent;
 use tokio::sync::{Notify, broadcast};
 
 #[derive(Default)]

@@ -13,8 +13,8 @@ use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::ChatModel;
 use mai_core::role::Role;
 use mai_core::task::TaskStatus;
-use mai_engine::engine::Engine;
-use mai_engine::manager::{Caller, CreateTask};
+use mai_engine::Engine;
+use mai_engine::{Caller, CreateTask};
 use mai_llm::{LlmConfig, OpenAiClient};
 
 use crate::echo::{self, InstantEcho};

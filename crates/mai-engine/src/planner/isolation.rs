@@ -22,7 +22,7 @@ use mai_core::tool::ToolError;
 
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::manager::{Caller, Door, resolve_among};
+use crate::tasks::{Caller, Door, resolve_among};
 
 /// The host-injected context keys of a planner call (none of them in a schema).
 #[derive(Debug, Default, Clone)]

@@ -1,5 +1,5 @@
 //! `list_mcp_tools` and `call_mcp_tool`: the planner's two proxy tools onto every configured MCP
-//! server, so MCP tools need no planner tool of their own each (SYSTEM.md §7).
+//! server, so MCP tools need no planner tool of their own each (see docs/design.md, "The planner").
 //!
 //! They go through [`McpProxy`] with the caller's role (`ctx.role()`: the speaker's), which lists
 //! and calls only the MCP tools that role may use (`[[mcp.servers]] min_role` / `tool_roles`,

@@ -1,7 +1,7 @@
-//! The planner channel (see docs/design.md, The planner): the 11 tools the host's planner sees,
+//! The planner channel (see docs/design.md, "The planner"): the 11 tools the host's planner sees,
 //! as a registry of their own, separate from the agent-loop registry.
 //!
-//! These are adapters: the `subagent_*` tools go through the task manager facade, `search_users`
+//! These are adapters: the `subagent_*` tools go through the task facade, `search_users`
 //! and `send_message` run the agent-loop implementations from `mai-tools` (one implementation,
 //! two channels), the MCP proxy tools through [`McpProxy`]. A call acts as the person the
 //! planner speaks with (the host's `user_id`): with their role in the stream, for them — never
@@ -17,6 +17,8 @@
 //! write, command execution), or let a model-given field widen what the host-injected `chat_id`
 //! allows.
 
+mod board;
+pub(crate) mod board_memory;
 mod isolation;
 mod mcp_tools;
 mod shared_tools;
@@ -58,7 +60,7 @@ impl PlannerVisibility {
     }
 }
 
-/// The planner tools in spec order, with their visibility (SYSTEM.md §7 table).
+/// The planner tools in spec order, with their visibility (docs/design.md, "The planner").
 pub const PLANNER_TOOLS: [(&str, PlannerVisibility); 11] = [
     ("search_users", PlannerVisibility::Deferred),
     ("subagent_create", PlannerVisibility::Visible),
@@ -85,18 +87,18 @@ pub fn planner_visibility(name: &str) -> Option<PlannerVisibility> {
 /// calls may touch the machine.
 pub const REFUSED_TO_PLANNER: Effects = Effects::of(&[Effect::RunsCommands, Effect::WritesFiles]);
 
-/// The planner registry: the 11 tools, in spec order. Handlers hold a weak reference to the
-/// engine (the caller keeps the engine alive) and build what they delegate to on first use.
+/// The planner registry: the 11 tools, in spec order. Handlers hold the engine (the registry is
+/// the front end's, not one of the engine's dependencies) and build what they delegate to on
+/// first use.
 pub fn planner_registry(
     engine: &Arc<Engine>,
     mcp: Option<Arc<dyn McpProxy>>,
 ) -> Result<ToolRegistry, EngineError> {
     let invalid = |e: ToolDefinitionError| EngineError::Internal(e.to_string());
     let shared = Arc::new(shared_tools::Shared::new(engine));
-    let weak = Arc::downgrade(engine);
     let mut tools: Vec<ToolDefinition> = Vec::with_capacity(PLANNER_TOOLS.len());
     tools.push(shared_tools::search_users(shared.clone()).map_err(invalid)?);
-    tools.extend(subagent_tools::subagent_tools(weak).map_err(invalid)?);
+    tools.extend(subagent_tools::subagent_tools(Engine::clone(engine)).map_err(invalid)?);
     tools.push(shared_tools::send_message(shared).map_err(invalid)?);
     tools.extend(mcp_tools::mcp_tools(mcp).map_err(invalid)?);
     if let Some(tool) = tools

@@ -6,7 +6,7 @@
 //! extras (mai-tools' `UserSearch` and `Message`: no `keywords`, no `relay`); the handlers pass
 //! the arguments on as given, minus the host keys the shared tool does not take. Must not: deliver any other way than through the shared `send_message`.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -21,7 +21,7 @@ use mai_tools::send_message::Message;
 
 use super::lazy;
 use crate::engine::Engine;
-use crate::tool_capabilities::EngineCapabilities;
+use crate::tool_handle::ToolHandle;
 
 const SEARCH_USERS: &str = "Find people and group chats by name, nickname or id. Returns their \
 stream_id / user_id / group_id and platform, which send_message and subagent_create's \
@@ -33,25 +33,19 @@ that takes steps or must happen later (subagent_create).";
 
 /// The engine and the agent-loop tools the planner shares, built on first use.
 pub(super) struct Shared {
-    engine: Weak<Engine>,
+    engine: Engine,
     tools: OnceLock<Result<ToolRegistry, String>>,
 }
 
 impl Shared {
-    pub(super) fn new(engine: &Arc<Engine>) -> Shared {
+    pub(super) fn new(engine: &Engine) -> Shared {
         Shared {
-            engine: Arc::downgrade(engine),
+            engine: engine.clone(),
             tools: OnceLock::new(),
         }
     }
 
-    fn engine(&self) -> Result<Arc<Engine>, ToolError> {
-        self.engine
-            .upgrade()
-            .ok_or_else(|| ToolError::new("the engine is stopping; try again after the restart"))
-    }
-
-    fn tools(&self, engine: &Arc<Engine>) -> Result<&ToolRegistry, ToolError> {
+    fn tools(&self, engine: &Engine) -> Result<&ToolRegistry, ToolError> {
         self.tools
             .get_or_init(|| build_shared_tools(engine))
             .as_ref()
@@ -61,8 +55,7 @@ impl Shared {
     /// Runs the agent-loop tool `name` as the planner call `ctx` (the speaker, with their role
     /// in the current conversation), under the same role gates as an agent task.
     async fn run(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let engine = self.engine()?;
-        let tools = self.tools(&engine)?;
+        let tools = self.tools(&self.engine)?;
         let outcome = tools.execute(name, ctx.role(), args, ctx).await;
         if outcome.is_ok() {
             return Ok(outcome.value);
@@ -78,13 +71,15 @@ impl Shared {
     }
 }
 
-fn build_shared_tools(engine: &Arc<Engine>) -> Result<ToolRegistry, String> {
+fn build_shared_tools(engine: &Engine) -> Result<ToolRegistry, String> {
     let search_users = mai_tools::info::info_tools(engine.host.clone())
         .map_err(|e| e.to_string())?
         .into_iter()
         .find(|tool| tool.name() == "search_users")
         .ok_or_else(|| "the shared search_users tool is missing".to_owned())?;
-    let capabilities = Arc::new(EngineCapabilities(Arc::downgrade(engine)));
+    // The planner's registry is its front end's, not the engine's: holding the engine is no
+    // cycle, and the handle is never revoked.
+    let capabilities = Arc::new(ToolHandle::holding(engine.clone()));
     let send_message =
         mai_tools::send_message::send_message_tool(engine.host.clone(), capabilities)
             .map_err(|e| e.to_string())?;

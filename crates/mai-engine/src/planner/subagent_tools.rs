@@ -10,7 +10,6 @@
 //! a task of another stream, or call the store directly (the facade's checks apply here too).
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -30,7 +29,7 @@ use mai_tools::tasks::Level;
 
 use super::isolation::{HostContext, current_stream, planner_caller, resolve_in_stream};
 use crate::engine::Engine;
-use crate::manager::{Caller, CreateTask};
+use crate::tasks::{Caller, CreateTask};
 
 const CREATE: &str = "Start a background sub-agent: an independent AI agent that works on a job \
 on its own (research, multi-step work, looking things up, a reminder or follow-up later) and \
@@ -69,9 +68,7 @@ const ENTRY_PREVIEW_CHARS: usize = 300;
 const LIST_LIMIT: u32 = 50;
 
 /// The seven tools, in spec order (create, list, status, modify, delete, history, schedule).
-pub(super) fn subagent_tools(
-    engine: Weak<Engine>,
-) -> Result<Vec<ToolDefinition>, ToolDefinitionError> {
+pub(super) fn subagent_tools(engine: Engine) -> Result<Vec<ToolDefinition>, ToolDefinitionError> {
     let facade = Facade(engine);
     Ok(vec![
         tool("subagent_create", CREATE, &facade, Create)?,
@@ -154,7 +151,7 @@ impl<O: Operation> TypedTool for SubagentTool<O> {
 
 /// A call placed in its stream: the engine, the planner caller there, and the call's context.
 struct Placed<'a> {
-    engine: Arc<Engine>,
+    engine: Engine,
     caller: Caller,
     ctx: &'a ToolContext,
 }
@@ -193,9 +190,9 @@ impl From<Injected> for HostContext {
     }
 }
 
-/// The engine, reached weakly (the engine owns whoever holds the planner registry's tools).
+/// The engine, as the planner tools reach it.
 #[derive(Clone)]
-struct Facade(Weak<Engine>);
+struct Facade(Engine);
 
 impl Facade {
     /// The engine and the planner caller of the call's stream, after the isolation check.
@@ -206,11 +203,8 @@ impl Facade {
         ctx: &ToolContext,
         stream_id: &str,
         injected: Injected,
-    ) -> Result<(Arc<Engine>, Caller), ToolError> {
-        let engine = self
-            .0
-            .upgrade()
-            .ok_or_else(|| ToolError::new("the engine is stopping; try again after the restart"))?;
+    ) -> Result<(Engine, Caller), ToolError> {
+        let engine = self.0.clone();
         let host = HostContext::from(injected);
         let stream = current_stream(stream_id, &host)?;
         let caller = planner_caller(&engine, stream, &host).await?;

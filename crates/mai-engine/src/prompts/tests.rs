@@ -47,6 +47,10 @@ fn sample_vars(name: PromptName) -> Value {
             {"short_id": "5e6f7a8b", "title": "Disk check", "question": "Which server?",
              "waiting_since": "17:58"},
         ]}),
+        PromptName::ToolCallsDropped => json!({"total": 40, "kept": 32, "dropped": 8}),
+        PromptName::ArgumentsDropped => json!({"size": 70000, "limit": 65536}),
+        PromptName::NoAnswer => json!({}),
+        PromptName::SubagentOutOfRounds => json!({"max_rounds": 10, "last_text": "still looking"}),
     }
 }
 

@@ -17,10 +17,10 @@ use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, ModelPur
 use mai_core::role::Role;
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::ToolRegistry;
-use mai_engine::engine::{Engine, EngineDeps};
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::Caller;
-use mai_engine::prompts::Prompts;
+use mai_engine::Caller;
+use mai_engine::Prompts;
+use mai_engine::TaskEvent;
+use mai_engine::{Engine, EngineDeps};
 use mai_store::SqliteStore;
 use tokio::sync::broadcast;
 

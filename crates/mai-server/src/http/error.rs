@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
 use mai_core::store::StoreError;
-use mai_engine::error::EngineError;
+use mai_engine::EngineError;
 
 use crate::inbound::InboundError;
 

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
-use mai_engine::events::TaskEvent;
-use mai_engine::manager::Caller;
+use mai_engine::Caller;
+use mai_engine::TaskEvent;
 
 use super::Api;
 use super::error::{ApiError, QueryParams};

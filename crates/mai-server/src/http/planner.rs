@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 
 use mai_core::role::Role;
 use mai_core::tool::OutcomeKind;
-use mai_engine::planner::{PLANNER_TOOLS, call_planner_tool};
+use mai_engine::{PLANNER_TOOLS, call_planner_tool};
 
 use crate::host_context::{HOST_CONTEXT_KEYS, HostContext, json_kind};
 

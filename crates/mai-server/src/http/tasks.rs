@@ -21,7 +21,7 @@ use mai_core::ids::{PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::store::TaskFilter;
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
-use mai_engine::manager::{Caller, CreateTask};
+use mai_engine::{Caller, CreateTask};
 
 use super::Api;
 use super::error::{ApiError, JsonBody, PathParams, QueryParams, to_json};

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use mai_engine::planner::{call_planner_tool, planner_visibility};
+use mai_engine::{call_planner_tool, planner_visibility};
 
 pub use crate::host_context::{HOST_CONTEXT_KEYS, HostContext, HostContextError};
 use crate::state::ServerState;

@@ -10,7 +10,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, Tool};
 use serde_json::{Value, json};
 
 use mai_core::tool::{ToolDefinition, ToolOutcome, ToolRegistry};
-use mai_engine::planner::{PLANNER_TOOLS, PlannerVisibility};
+use mai_engine::{PLANNER_TOOLS, PlannerVisibility};
 
 /// The planner tools of `registry` in spec order (docs/design.md, "The planner"). A spec tool
 /// missing from the registry is left out (and logged): listing a tool that cannot be called would

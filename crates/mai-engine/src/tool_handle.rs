@@ -1,10 +1,12 @@
-//! The engine's side of the capabilities agent-loop tools use (`TaskControl`, `Messenger`):
-//! thin adapters onto the task manager facade and the reply path, so every tool goes through the
-//! same ownership checks and delivery as the front ends.
+//! The handle the engine's tools hold: it implements the capabilities agent-loop tools use
+//! (`TaskControl`, `Messenger`) as thin adapters onto the task facade and the reply path, so
+//! every tool goes through the same ownership checks and delivery as the front ends.
 //!
-//! They hold a weak reference: the registry that holds the tools is owned by the engine.
+//! It is made after the engine and reaches it through the engine's tool slot, which the engine
+//! empties when it stops (see `ToolSlot` in `engine.rs`).
+//! Must not: decide anything itself — every check is the facade's.
 
-use std::sync::Weak;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -14,16 +16,35 @@ use mai_core::store::TaskFilter;
 use mai_core::task::{TaskLevel, TaskRecord};
 use mai_core::tool::ToolContext;
 
-use crate::engine::Engine;
-use crate::manager::{Caller, CreateTask, Door};
+use crate::engine::{Engine, ToolSlot};
+use crate::run::lock;
+use crate::tasks::{Caller, CreateTask, Door};
 
-/// `TaskControl` and `Messenger` for the engine's tools.
-pub(crate) struct EngineCapabilities(pub Weak<Engine>);
+/// `TaskControl` and `Messenger` for the engine's tools (see the module comment).
+pub(crate) struct ToolHandle {
+    slot: ToolSlot,
+}
 
-impl EngineCapabilities {
-    fn engine(&self) -> Result<std::sync::Arc<Engine>, String> {
-        self.0
-            .upgrade()
+impl ToolHandle {
+    /// A handle on `engine` through its tool slot.
+    pub(crate) fn new(engine: &Engine) -> Self {
+        ToolHandle {
+            slot: engine.tool_slot().clone(),
+        }
+    }
+
+    /// A handle on an engine that is never emptied (the planner's: its registry is its front
+    /// end's, not the engine's, so holding the engine is no cycle).
+    pub(crate) fn holding(engine: Engine) -> Self {
+        ToolHandle {
+            slot: Arc::new(Mutex::new(Some(engine))),
+        }
+    }
+
+    /// The engine, unless it stopped.
+    pub(crate) fn engine(&self) -> Result<Engine, String> {
+        lock(&self.slot)
+            .clone()
             .ok_or_else(|| "the engine is stopping".to_owned())
     }
 
@@ -49,7 +70,7 @@ impl EngineCapabilities {
 }
 
 #[async_trait]
-impl TaskControl for EngineCapabilities {
+impl TaskControl for ToolHandle {
     async fn list_own_tasks(
         &self,
         ctx: &ToolContext,
@@ -120,7 +141,7 @@ impl TaskControl for EngineCapabilities {
 }
 
 #[async_trait]
-impl Messenger for EngineCapabilities {
+impl Messenger for ToolHandle {
     async fn deliver(
         &self,
         ctx: &ToolContext,

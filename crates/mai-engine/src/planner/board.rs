@@ -1,10 +1,10 @@
-//! The planner board (SYSTEM.md §7): the context block a host asks for before each planner
+//! The planner board (see docs/design.md, "The planner"): the context block a host asks for before each planner
 //! request. Once per session it carries a short introduction of what background sub-agents can
 //! do; whenever it changed, the list of this stream's tasks waiting for the user (oldest first,
 //! at most `[planner_board] max_waiting`, each with its 8-character id). Nothing else: running
 //! and finished tasks are pulled with the planner tools.
-
-use std::collections::HashMap;
+//!
+//! What each session was shown is remembered in a bounded `BoardMemory` (`board_memory.rs`).
 
 use serde_json::json;
 
@@ -12,15 +12,9 @@ use mai_core::ids::StreamId;
 use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
 
-use crate::engine::{Engine, lock};
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::prompts::PromptName;
-
-/// What a session was last shown, per (stream, session).
-#[derive(Debug, Default)]
-pub(crate) struct BoardMemory {
-    shown: HashMap<(StreamId, String), String>,
-}
 
 impl Engine {
     /// The board for `stream` in the host's `session`, or `None` when there is nothing new to
@@ -72,7 +66,7 @@ impl Engine {
             .render(PromptName::PlannerBoardWaiting, &json!({"tasks": tasks}))
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let key = (stream.clone(), session.to_owned());
-        let previous = lock(&self.board).shown.insert(key, list.clone());
+        let previous = self.board_shown(key, list.clone());
         let mut parts = Vec::new();
         if previous.is_none() {
             parts.push(

@@ -1,4 +1,5 @@
-//! The task manager facade: the only API front ends (CLI, HTTP, MCP, chat commands, tools) use.
+//! The task facade (`Engine`'s task methods): the only API front ends (CLI, HTTP, MCP, chat
+//! commands, tools) use to create, read and steer tasks.
 //!
 //! Every method takes the caller's identity and checks it here: guests only read what they may
 //! see, users create and manage their own tasks, admins manage any. A task reference (full id,
@@ -18,11 +19,12 @@ use mai_core::task::{
     NewTask, PauseCause, StatusChange, TaskLevel, TaskRecord, TaskStatus, Trigger,
 };
 
-use crate::engine::{Engine, StopReason, lock};
+use crate::cron::next_fire_blocking;
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
 use crate::prompts::PromptName;
-use crate::runner::next_fire_blocking;
+use crate::run::StopReason;
 
 /// Longest intent accepted.
 const MAX_INTENT_CHARS: usize = 8_000;
@@ -202,7 +204,7 @@ impl Engine {
             require(caller.role, Role::User)
                 .map_err(|_| EngineError::PermissionDenied("guests cannot create tasks".into()))?;
         }
-        if self.shutdown.is_cancelled() {
+        if self.stopping() {
             return Err(EngineError::Stopping);
         }
         let intent = request.intent.trim().to_owned();
@@ -260,7 +262,7 @@ impl Engine {
             title: task.title.clone(),
         });
         match scheduled_at {
-            Some(at) => self.schedule_timers.arm(task.id, at),
+            Some(at) => self.schedule.arm_due(task.id, at),
             None => self.enqueue(&task),
         }
         Ok(task)
@@ -489,7 +491,7 @@ impl Engine {
             at: Utc::now(),
         };
         self.store.append_history(task.id, &[entry]).await?;
-        lock(&self.injected).insert(task.id);
+        self.schedule.mark_injected(task.id);
         Ok(())
     }
 
@@ -577,7 +579,7 @@ impl Engine {
         loop {
             let from = task.status;
             if from == TaskStatus::Running {
-                let control = lock(&self.running).get(&task.id).cloned();
+                let control = self.schedule.control(task.id);
                 if let Some(control) = control {
                     control.stop(reason);
                     return Ok(task);
@@ -604,12 +606,10 @@ impl Engine {
                 task.metadata.pause_cause = Some(PauseCause::User);
             }
             if self.save_status(&task, from).await? {
-                self.schedule_timers.disarm(task.id);
-                self.queue.remove(task.id);
-                self.forget_question(task.id);
+                self.schedule.withdraw(task.id);
                 // A run still sending the question it now waits on stops too, so the send
                 // stops retrying.
-                if let Some(control) = lock(&self.running).get(&task.id).cloned() {
+                if let Some(control) = self.schedule.control(task.id) {
                     control.stop(reason);
                 }
                 return Ok(task);

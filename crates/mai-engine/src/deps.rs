@@ -1,0 +1,26 @@
+//! The engine's immutable dependencies in one value: what every part that runs tasks reads
+//! (store, model, host, tool registry, live config, prompt templates, clock). A leaf: it holds
+//! them and does nothing with them.
+
+use std::sync::Arc;
+
+use mai_core::clock::Clock;
+use mai_core::config::LiveConfig;
+use mai_core::host::Host;
+use mai_core::model::ChatModel;
+use mai_core::store::TaskStore;
+use mai_core::tool::ToolRegistry;
+
+use crate::prompts::Prompts;
+
+/// The engine's immutable dependencies, one value shared by everything that runs tasks (the
+/// agent loop, sub-agents, the reply path).
+pub struct Deps {
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) model: Arc<dyn ChatModel>,
+    pub(crate) host: Arc<dyn Host>,
+    pub(crate) registry: Arc<ToolRegistry>,
+    pub(crate) config: Arc<LiveConfig>,
+    pub(crate) prompts: Arc<Prompts>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
