@@ -1,4 +1,4 @@
-//! The embedded host (SYSTEM.md §9): mai-agent's own chat store in SQLite — streams, messages,
+//! The embedded host (see docs/design.md, "Hosts and bridges"): mai-agent's own chat store in SQLite — streams, messages,
 //! people, jargon, knowledge notes, talk frequency and invisible context notes — with full-text
 //! memory search, and the registry of outbound channels `send_text` hands messages to.
 //!
@@ -21,6 +21,7 @@ mod notes;
 mod onebot;
 mod people;
 mod schema;
+mod sql;
 mod streams;
 mod text_query;
 mod user_search;

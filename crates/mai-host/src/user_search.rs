@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 
 use mai_core::host::{HostError, StreamInfo, UserQuery};
-use sqlx::SqliteConnection;
+use rusqlite::Connection;
+
+use crate::sql::Query;
 
 use crate::error::db;
 use crate::streams::info_from_row;
@@ -80,8 +82,8 @@ type StreamCandidateRow = (
 );
 type AccountRow = (String, String, String, i64, i64, String);
 
-pub(crate) async fn find_targets(
-    conn: &mut SqliteConnection,
+pub(crate) fn find_targets(
+    conn: &Connection,
     query: &UserQuery,
     limit: usize,
 ) -> Result<Vec<FoundTarget>, HostError> {
@@ -108,16 +110,15 @@ pub(crate) async fn find_targets(
     }
 
     let aliases: Vec<(i64, String)> =
-        sqlx::query_as("SELECT person_id, alias FROM host_person_aliases ORDER BY alias")
-            .fetch_all(&mut *conn)
-            .await
+        Query::new("SELECT person_id, alias FROM host_person_aliases ORDER BY alias")
+            .all(conn)
             .map_err(db(ACTION))?;
     let mut aliases_of: HashMap<i64, Vec<String>> = HashMap::new();
     for (person_id, alias) in aliases {
         aliases_of.entry(person_id).or_default().push(alias);
     }
 
-    let streams: Vec<StreamCandidateRow> = sqlx::query_as(
+    let streams: Vec<StreamCandidateRow> = Query::new(
         "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name, s.last_active, \
                 p.person_id, p.name \
          FROM host_streams s \
@@ -130,8 +131,7 @@ pub(crate) async fn find_targets(
     .bind(platform)
     .bind(groups)
     .bind(privates)
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db(ACTION))?;
     let mut candidates = Vec::with_capacity(streams.len());
     for (stream_id, stream_platform, kind, target_id, name, last_active, person_id, person) in
@@ -158,7 +158,7 @@ pub(crate) async fn find_targets(
 
     // People known from groups only: found too, so they can be messaged privately.
     if privates && !keywords.is_empty() {
-        let accounts: Vec<AccountRow> = sqlx::query_as(
+        let accounts: Vec<AccountRow> = Query::new(
             "SELECT a.platform, a.user_id, a.display_name, a.last_seen, p.person_id, p.name \
              FROM host_accounts a JOIN host_persons p ON p.person_id = a.person_id \
              WHERE (?1 IS NULL OR a.platform = ?1) \
@@ -166,8 +166,7 @@ pub(crate) async fn find_targets(
                                AND s.kind = 'private' AND s.target_id = a.user_id)",
         )
         .bind(platform)
-        .fetch_all(&mut *conn)
-        .await
+        .all(conn)
         .map_err(db(ACTION))?;
         for (account_platform, user_id, display_name, last_seen, person_id, person) in accounts {
             let mut names = vec![person, display_name.clone()];
