@@ -12,6 +12,7 @@
 //! Every workload uses its own SQLite file in a temp dir; polish is off, titles are given.
 //! `--instant-model` (with `http`) swaps the HTTP model for the in-process instant one: the
 //! figure then is the engine and store alone, the ceiling (b) could reach with free model calls.
+//! `--sync-full` opens every database with `synchronous = FULL` (a disk sync per commit).
 //! `--breakdown` (after the workload) wraps the store and the model in timing wrappers and
 //! prints where the wall time went: calls, mean and total per store operation and model call.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a load generator panics on failure
@@ -42,7 +43,7 @@ use mai_llm::{LlmConfig, OpenAiClient};
 use serde_json::json;
 use tokio::sync::{Notify, broadcast};
 
-use mai_store::SqliteStore;
+use mai_store::{SqliteOptions, SqliteStore, Synchronous};
 use support::{InstantModel, NullHost, Script, TimedModel, TimedStore, Timings};
 
 /// The allocator the `mai-agent` binary ships with, so figures are the product's.
@@ -59,6 +60,10 @@ async fn main() {
     if let Some(at) = args.iter().position(|a| a == "--instant-model") {
         args.remove(at);
         let _ = INSTANT_MODEL.set(());
+    }
+    if let Some(at) = args.iter().position(|a| a == "--sync-full") {
+        args.remove(at);
+        let _ = SYNC_FULL.set(());
     }
     let workload = args.first().map_or("all", String::as_str);
     let count = args.get(1).map(|n| n.parse::<usize>().expect("a count"));
@@ -100,6 +105,10 @@ static INSTANT_MODEL: OnceLock<()> = OnceLock::new();
 /// Set by `--breakdown`: every engine's store and model are timed into it.
 static TIMINGS: OnceLock<Arc<Timings>> = OnceLock::new();
 
+/// Set by `--sync-full`: the database syncs every commit to disk (`[storage] synchronous =
+/// "full"`), as the original does.
+static SYNC_FULL: OnceLock<()> = OnceLock::new();
+
 /// A started engine over a SQLite file in `dir`, timed when `--breakdown` was given.
 async fn build(
     dir: &tempfile::TempDir,
@@ -107,7 +116,15 @@ async fn build(
     model: Arc<dyn ChatModel>,
     host: Arc<NullHost>,
 ) -> Arc<Engine> {
-    let store = SqliteStore::open(dir.path().join("tasks.db"))
+    let options = SqliteOptions {
+        synchronous: if SYNC_FULL.get().is_some() {
+            Synchronous::Full
+        } else {
+            Synchronous::Normal
+        },
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(dir.path().join("tasks.db"), &options)
         .await
         .unwrap();
     match TIMINGS.get() {

@@ -2,10 +2,11 @@
 //! still gets its own outcome and leaves the store as it would alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // fixtures panic on setup failure
 
+mod common;
+
 use chrono::{TimeZone, Utc};
-use mai_core::ids::StreamId;
 use mai_core::store::{HistoryKind, NewHistoryEntry, SaveOutcome, TaskStore, TaskWrite};
-use mai_core::task::{NewTask, TaskLevel, TaskRecord, TaskStatus, Trigger};
+use mai_core::task::{TaskRecord, TaskStatus};
 
 use mai_store::SqliteStore;
 
@@ -45,23 +46,7 @@ fn at(seconds: i64) -> chrono::DateTime<Utc> {
 }
 
 fn task(title: &str) -> TaskRecord {
-    TaskRecord::new(
-        NewTask {
-            title: title.into(),
-            intent: "i".into(),
-            level: TaskLevel::Agent,
-            owner: "qq:1".parse().unwrap(),
-            stream_id: StreamId::new("qq:group:1").unwrap(),
-            platform: "qq".into(),
-            reply_stream_id: None,
-            trigger: Trigger::Now,
-            priority: 0,
-            max_runtime_min: 0,
-        },
-        TaskStatus::Pending,
-        "qq:1",
-        at(0),
-    )
+    common::task(title, 0)
 }
 
 fn message(text: &str) -> NewHistoryEntry {
@@ -464,4 +449,73 @@ fn all_rows(connection: &rusqlite::Connection) -> Vec<String> {
         all.extend(rows.map(Result::unwrap));
     }
     all
+}
+
+/// A write that panics on the writer's thread is undone like a failed one: its caller hears an
+/// error, the writes batched with it still commit, and later writes still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_panics_fails_only_its_caller_and_the_writer_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path().join("t.db")).await.unwrap());
+    let tasks: Vec<TaskRecord> = (0..4).map(|i| task(&format!("t{i}"))).collect();
+    let turn = hold_the_writer(&store).await;
+    let db = store.database().clone();
+    let panicking = tokio::spawn(async move {
+        db.write(|connection| -> Result<(), String> {
+            connection
+                .execute_batch("DELETE FROM tasks")
+                .map_err(|e| e.to_string())?;
+            panic!("a bug in a write");
+        })
+        .await
+    });
+    let mut inserts = Vec::new();
+    for t in tasks.clone() {
+        let store = store.clone();
+        inserts.push(tokio::spawn(async move { store.insert(&t).await }));
+    }
+    while store.database().writer().queued() < tasks.len() + 1 {
+        tokio::task::yield_now().await;
+    }
+    turn.release().await;
+    assert!(
+        panicking.await.unwrap().is_err(),
+        "the panicking write reports a failure"
+    );
+    for insert in inserts {
+        insert.await.unwrap().unwrap();
+    }
+    for t in &tasks {
+        assert_eq!(store.get(t.id).await.unwrap().as_ref(), Some(t));
+    }
+    let later = task("later");
+    store.insert(&later).await.unwrap();
+    assert_eq!(store.get(later.id).await.unwrap(), Some(later));
+}
+
+#[tokio::test]
+async fn a_store_opened_with_full_sync_syncs_every_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = mai_store::SqliteOptions {
+        synchronous: mai_store::Synchronous::Full,
+        ..mai_store::SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(dir.path().join("t.db"), &options)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.connection_settings().await.unwrap().synchronous,
+        2,
+        "FULL"
+    );
+    let written = store
+        .database()
+        .writer()
+        .read(|connection| {
+            connection.query_row("PRAGMA synchronous", [], |row| row.get::<_, i64>(0))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(written, 2, "the writer's connection too");
 }
