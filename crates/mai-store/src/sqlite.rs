@@ -6,8 +6,8 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use mai_core::store::{
-    CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError, TaskCounts,
-    TaskFilter, TaskStore, TaskWrite,
+    Admit, CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError,
+    TaskCounts, TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 
@@ -145,6 +145,10 @@ impl SqliteStore {
             Ok(()) => Ok(SaveOutcome::Saved),
             Err(Failure::Conflict(conflict)) => Ok(conflict),
             Err(Failure::Store(error)) => Err(error),
+            Err(Failure::Refused(reason)) => Err(StoreError::Database {
+                doing,
+                source: reason.into(),
+            }),
         }
     }
 
@@ -184,6 +188,35 @@ impl TaskStore for SqliteStore {
             .write(move |connection| write::insert_new(connection, &row, id, DOING))
             .await
             .map_err(write_failed(DOING))?
+    }
+
+    async fn insert_admitted(
+        &self,
+        task: &TaskRecord,
+        query: &CountQuery<'_>,
+        admit: Admit,
+    ) -> Result<Result<(), String>, StoreError> {
+        const DOING: &str = "inserting a task within the limits";
+        let row = write::NewRow::encode(task)?;
+        let (id, keys) = (task.id, read::CountKeys::of(query));
+        let outcome = self
+            .db
+            .write(move |connection| {
+                let counts = read::count_tasks(connection, &keys)?;
+                admit(&counts).map_err(Failure::Refused)?;
+                write::insert_new(connection, &row, id, DOING).map_err(Failure::Store)
+            })
+            .await
+            .map_err(write_failed(DOING))?;
+        match outcome {
+            Ok(()) => Ok(Ok(())),
+            Err(Failure::Refused(reason)) => Ok(Err(reason)),
+            Err(Failure::Store(error)) => Err(error),
+            Err(Failure::Conflict(_)) => Err(StoreError::Database {
+                doing: DOING,
+                source: "an insert reported a compare-and-set conflict".into(),
+            }),
+        }
     }
 
     async fn save(

@@ -56,6 +56,8 @@ type Tails = (Option<String>, i64);
 pub(crate) enum Failure {
     /// A compare-and-set expectation did not hold.
     Conflict(SaveOutcome),
+    /// A cap on task creation refused the insert (the reason, for the caller).
+    Refused(String),
     Store(StoreError),
 }
 
