@@ -1,5 +1,5 @@
-//! Appending to a task's agent history inside a write transaction: entries are numbered on
-//! from the stored maximum (on the writer's thread, inside its transaction).
+//! Appending to a task's agent history inside a write transaction (on the writer's thread):
+//! entries are numbered on from the stored maximum.
 
 use mai_core::store::{NewHistoryEntry, StoreError};
 use mai_core::task::TaskId;

@@ -1,5 +1,6 @@
-//! Appending to a task's status log inside a write transaction: which lines of a record's log
-//! the store lacks, and inserting them (on the writer's thread, inside its transaction). Lines are only ever added, never changed or removed.
+//! Appending to a task's status log inside a write transaction (on the writer's thread): which
+//! lines of a record's log the store lacks, and inserting them. Lines are only ever added,
+//! never changed or removed.
 
 use mai_core::store::StoreError;
 use rusqlite::{Connection, params};

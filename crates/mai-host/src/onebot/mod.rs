@@ -1,5 +1,6 @@
-//! The OneBot v11 channel (SYSTEM.md §9): QQ through NapCat, Lagrange, go-cqhttp and other
-//! implementations, over their forward WebSocket, with this process as the client.
+//! The OneBot v11 channel (see docs/design.md, "Hosts and bridges"): QQ through NapCat,
+//! Lagrange, go-cqhttp and other implementations, over their forward WebSocket, with this
+//! process as the client.
 //!
 //! It owns one connection (kept open with reconnects), the mapping of OneBot message events to
 //! [`IncomingMessage`]s, and the [`ChannelSender`](crate::ChannelSender) registered for its
