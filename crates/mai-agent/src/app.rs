@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::clock::SystemClock;
-use mai_core::config::{HostKind, LiveConfig, McpConfig};
+use mai_core::config::{HostKind, LiveConfig, McpConfig, SyncMode};
 use mai_core::host::Host;
 use mai_core::model::ChatModel;
 use mai_core::tool::ToolRegistry;
@@ -19,7 +19,7 @@ use mai_llm::{OpenAiClient, ReplayModel};
 use mai_mcp::fetch::{FETCH, FetchOptions, Fetcher, SystemResolver, fetch_tool};
 use mai_mcp::{ManagerOptions, McpManager, apply_to_registry};
 use mai_server::metrics::Metrics;
-use mai_store::SqliteStore;
+use mai_store::{Database, SqliteOptions, SqliteStore, Synchronous};
 
 use crate::settings::Settings;
 
@@ -70,21 +70,25 @@ async fn build_with(
         )
     })?;
     let path = settings.database_path();
-    let store = SqliteStore::open(&path)
+    // One file, opened once: the host's tables live next to the tasks, read through the same
+    // readers and written through the same writer, in one queue with the store's writes.
+    let options = SqliteOptions {
+        synchronous: match settings.config.storage.synchronous {
+            SyncMode::Normal => Synchronous::Normal,
+            SyncMode::Full => Synchronous::Full,
+        },
+        ..SqliteOptions::default()
+    };
+    let db = Database::open(&path, &options)
         .await
         .with_context(|| format!("cannot open the task database {}", path.display()))?;
-    // One file: the host's tables live next to the tasks, read through the same pool and
-    // written through the store's writer, in one queue with the store's writes.
-    let (writer, write_gate) = store.shared_writer();
-    let host = Arc::new(
-        EmbeddedHost::with_shared_writer(
-            store.pool().clone(),
-            writer,
-            write_gate,
-            EmbeddedConfig::default(),
-        )
+    let store = SqliteStore::on(db.clone())
         .await
-        .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
+        .with_context(|| format!("cannot open the task database {}", path.display()))?;
+    let host = Arc::new(
+        EmbeddedHost::with_database(db, EmbeddedConfig::default())
+            .await
+            .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
     );
     crate::console::connect(&host);
     let config = Arc::new(LiveConfig::new(settings.config.clone())?);

@@ -108,6 +108,10 @@ pub struct TaskCounts {
     pub children: u64,
 }
 
+/// Decides from the counts of a [`CountQuery`] whether a new task may be created:
+/// `Err(reason)` refuses it (see [`TaskStore::insert_admitted`]).
+pub type Admit = Box<dyn FnOnce(&TaskCounts) -> Result<(), String> + Send>;
+
 /// The outcome of a compare-and-set write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaveOutcome {
@@ -149,6 +153,23 @@ pub enum StoreError {
 pub trait TaskStore: Send + Sync + 'static {
     /// Persist a new task (its whole status log included).
     async fn insert(&self, task: &TaskRecord) -> Result<(), StoreError>;
+
+    /// Persist a new task if `admit` accepts the counts of `query`; `Ok(Err(reason))`: refused,
+    /// nothing written. A store with one writer counts inside the transaction that inserts, so
+    /// concurrent creations cannot all pass one count (the caps of `[limits]` hold exactly).
+    /// The default counts, then inserts: exact only when creations do not race.
+    async fn insert_admitted(
+        &self,
+        task: &TaskRecord,
+        query: &CountQuery<'_>,
+        admit: Admit,
+    ) -> Result<Result<(), String>, StoreError> {
+        let counts = self.counts(query).await?;
+        if let Err(reason) = admit(&counts) {
+            return Ok(Err(reason));
+        }
+        self.insert(task).await.map(Ok)
+    }
 
     /// Write `task`; with `expected`, only if the stored status still equals it. Appends the
     /// status-log entries the store does not have yet (the log is append-only).

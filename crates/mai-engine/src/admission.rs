@@ -1,72 +1,66 @@
 //! The caps of `[limits]` on task creation: how deep sub-tasks nest, how many children one task
 //! makes, how many unfinished and recurring tasks one requester and one stream may have.
 //!
-//! Owns the check and the lock that makes it hold under concurrency: creations that count
-//! against the same stream or requester take their locks (in a fixed order) between the final
-//! count and the insert, so 32 `create_subtask` calls of one round cannot all pass a count of 0.
+//! Owns the check. It holds under concurrency because the final count is taken by the store in
+//! the transaction that inserts (`TaskStore::insert_admitted`): the store's one writer runs
+//! creations one after another, so 32 `create_subtask` calls of one round cannot all pass a
+//! count of 0, and creations in other streams never wait for one another here.
 //! Reply tasks do not come through here: they deliver a result and are never refused.
-//! Must not: decide roles or ownership (the facade does), or write anything.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::OwnedMutexGuard;
+//! Must not: decide roles or ownership (the facade does), or write anything but the admitted
+//! task.
 
 use mai_core::config::LimitsConfig;
 use mai_core::store::{CountQuery, TaskCounts};
 use mai_core::task::{TaskRecord, Trigger};
 
-use crate::engine::{Engine, lock};
+use crate::engine::Engine;
 use crate::error::EngineError;
 
-/// The admission locks, one per stream and per requester currently creating.
+/// The admission of new tasks against the live `[limits]`.
 #[derive(Debug, Default)]
-pub(crate) struct Admission {
-    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
+pub(crate) struct Admission {}
 
-/// Held from the final count to the insert.
-pub(crate) struct Admitted {
-    _guards: Vec<OwnedMutexGuard<()>>,
+fn count_query(task: &TaskRecord) -> CountQuery<'_> {
+    CountQuery {
+        requester: task.requester(),
+        stream: &task.stream_id,
+        created_by: task.metadata.parent_task_id,
+    }
 }
 
 impl Admission {
-    /// Takes the locks of `task`'s stream and requester, in a fixed order (no deadlock).
-    pub(crate) async fn enter(&self, task: &TaskRecord) -> Admitted {
-        let mut keys = vec![format!("stream {}", task.stream_id)];
-        if let Some(person) = task.requester() {
-            keys.push(format!("person {person}"));
-        }
-        keys.sort();
-        let mut guards = Vec::with_capacity(keys.len());
-        for key in keys {
-            let slot = {
-                let mut slots = lock(&self.slots);
-                // Slots nobody holds or waits for are dropped, so the map stays small.
-                slots.retain(|_, slot| Arc::strong_count(slot) > 1);
-                slots.entry(key).or_default().clone()
-            };
-            guards.push(slot.lock_owned().await);
-        }
-        Admitted { _guards: guards }
-    }
-
-    /// Refuses `task` when it would exceed a cap of the live `[limits]`.
+    /// Refuses `task` when it would exceed a cap now (an early answer, e.g. before a model
+    /// call names the task; [`Admission::insert`] checks again when it writes).
     pub(crate) async fn check(
         &self,
         engine: &Engine,
         task: &TaskRecord,
     ) -> Result<(), EngineError> {
         let limits = engine.config.config().limits.clone();
-        let counts = engine
-            .store
-            .counts(&CountQuery {
-                requester: task.requester(),
-                stream: &task.stream_id,
-                created_by: task.metadata.parent_task_id,
-            })
-            .await?;
+        let counts = engine.store.counts(&count_query(task)).await?;
         refuse_over_limits(&limits, task, &counts)
+    }
+
+    /// Inserts `task` unless it would exceed a cap, counted in the inserting transaction.
+    pub(crate) async fn insert(
+        &self,
+        engine: &Engine,
+        task: &TaskRecord,
+    ) -> Result<(), EngineError> {
+        let limits = engine.config.config().limits.clone();
+        let candidate = task.clone();
+        let admit: mai_core::store::Admit =
+            Box::new(
+                move |counts| match over_limits(&limits, &candidate, counts) {
+                    Some(reason) => Err(reason),
+                    None => Ok(()),
+                },
+            );
+        engine
+            .store
+            .insert_admitted(task, &count_query(task), admit)
+            .await?
+            .map_err(EngineError::LimitReached)
     }
 }
 
@@ -76,6 +70,14 @@ pub(crate) fn refuse_over_limits(
     task: &TaskRecord,
     counts: &TaskCounts,
 ) -> Result<(), EngineError> {
+    match over_limits(limits, task, counts) {
+        Some(reason) => Err(EngineError::LimitReached(reason)),
+        None => Ok(()),
+    }
+}
+
+/// What [`refuse_over_limits`] says, or `None` when `task` is within every cap.
+fn over_limits(limits: &LimitsConfig, task: &TaskRecord, counts: &TaskCounts) -> Option<String> {
     let recurring = matches!(task.trigger, Trigger::Cron { .. });
     let sub_task = task.metadata.parent_task_id.is_some();
     let who = task
@@ -131,10 +133,10 @@ pub(crate) fn refuse_over_limits(
     ];
     for (applies, would_be, max, key, what) in caps {
         if applies && would_be > u64::from(max) {
-            return Err(EngineError::LimitReached(format!(
+            return Some(format!(
                 "[limits] {key} = {max}: {what} (an operator can raise {key} in [limits])"
-            )));
+            ));
         }
     }
-    Ok(())
+    None
 }

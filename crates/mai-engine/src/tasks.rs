@@ -245,7 +245,7 @@ impl Engine {
         task.scheduled_at = scheduled_at;
         task.metadata.group_id = caller.group_id.clone();
         acts_for(&mut task, caller, parent.as_ref());
-        // Checked under the admission lock; when the title costs a model call, before it too.
+        // Checked when the task is inserted; when the title costs a model call, before it too.
         task.title = match request.title.filter(|t| !t.trim().is_empty()) {
             Some(title) => title.trim().chars().take(80).collect(),
             None => {
@@ -253,10 +253,7 @@ impl Engine {
                 self.title_for(&task.intent).await
             }
         };
-        let admitted = self.admission.enter(&task).await;
-        self.admission.check(self, &task).await?;
-        self.store.insert(&task).await?;
-        drop(admitted);
+        self.admission.insert(self, &task).await?;
         self.emit(TaskEvent::Created {
             task_id: task.id,
             title: task.title.clone(),

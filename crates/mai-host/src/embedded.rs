@@ -1,11 +1,11 @@
 //! [`EmbeddedHost`]: opening the host database, the public ingestion and curation API the
 //! channels and the binary use, and the [`Host`] implementation the engine sees. Each
-//! operation delegates to the module that owns its tables; this module owns connections, the
-//! write turn and the clock.
+//! operation delegates to the module that owns its tables, running it as one closure on a
+//! reader or on the database's writer (see `mai_store::Database`); this module owns the
+//! database handle, the channels and the clock.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use mai_core::clock::{Clock, SystemClock};
@@ -14,20 +14,19 @@ use mai_core::host::{
     StreamInfo, UserHit, UserQuery,
 };
 use mai_core::ids::{PersonId, StreamId};
+use mai_store::{Database, SqliteOptions};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
-use tokio::sync::{Mutex, MutexGuard};
 
 use crate::channels::{ChannelSender, Channels, no_channel};
-use crate::error::{OpenError, corrupt, db};
+use crate::error::{OpenError, corrupt, db, unavailable};
 use crate::ingest::{IncomingMessage, IngestedMessage, ingest, insert_message};
 use crate::members;
 use crate::memory::{MemorySettings, search_memory};
 use crate::notes::{self, ContextNote};
 use crate::people::{self, NewPerson};
-use crate::schema::{self, from_millis, to_millis};
+use crate::schema::{HOST, from_millis, to_millis};
+use crate::sql::Query;
 use crate::streams::{self, StreamNames, ensure_stream, sql_limit};
 use crate::user_search::{Found, find_targets};
 
@@ -58,82 +57,36 @@ impl Default for EmbeddedConfig {
 
 /// The embedded host over SQLite. Cheap to share behind an `Arc`; safe to call concurrently.
 pub struct EmbeddedHost {
-    pool: SqlitePool,
-    /// Where writes go: `pool`, or the writer connection of the task store sharing the file.
-    writer: SqlitePool,
-    /// Serializes this process's writes to the file, which then take SQLite's write lock with
-    /// `BEGIN IMMEDIATE`. Shared with the task store when the file is shared
-    /// ([`EmbeddedHost::with_shared_writer`]): other writers then wait their turn in order here
-    /// instead of in SQLite's busy handler, which sleeps 1–100 ms between tries.
-    write_gate: Arc<Mutex<()>>,
+    /// The file the host's tables live in, often shared with the task store: reads run on its
+    /// reader connections; every write is one closure handed to its writer (one transaction,
+    /// queued in order with the task store's writes).
+    db: Database,
     config: EmbeddedConfig,
     clock: Arc<dyn Clock>,
     channels: Channels,
 }
 
-/// This process's write turn and the open `BEGIN IMMEDIATE` transaction.
-type WriteTurn<'a> = (MutexGuard<'a, ()>, Transaction<'static, Sqlite>);
-
 impl EmbeddedHost {
     /// Opens (creating it and its directory if missing) the database file at `path` — the task
-    /// database `<data_dir>/mai-agent.db` or a file of its own — with its own pool (WAL,
-    /// `synchronous = NORMAL`, foreign keys, 10 s busy timeout) and creates or migrates the
+    /// database `<data_dir>/mai-agent.db` or a file of its own — and creates or migrates the
     /// host tables.
     pub async fn open(path: impl AsRef<Path>, config: EmbeddedConfig) -> Result<Self, OpenError> {
-        let path = path.as_ref();
-        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|source| OpenError::CreateDir {
-                    path: dir.to_owned(),
-                    source,
-                })?;
-        }
-        let connect = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .test_before_acquire(false)
-            .connect_with(connect)
+        let db = Database::open(path, &SqliteOptions::default())
             .await
-            .map_err(|source| OpenError::Connect {
-                path: path.to_owned(),
-                source,
-            })?;
-        Self::with_pool(pool, config).await
+            .map_err(OpenError::Open)?;
+        Self::with_database(db, config).await
     }
 
-    /// Uses an existing pool (its pragmas are the caller's; foreign keys should be on; an
-    /// in-memory database needs a pool of exactly one connection that is never recycled) and
-    /// creates or migrates the host tables in it.
-    pub async fn with_pool(pool: SqlitePool, config: EmbeddedConfig) -> Result<Self, OpenError> {
-        let writer = pool.clone();
-        Self::with_shared_writer(pool, writer, Arc::default(), config).await
-    }
-
-    /// [`EmbeddedHost::with_pool`] for a file another component writes too (the task store):
-    /// reads use `pool`; writes use `writer` and take `write_gate` first — pass the other
-    /// component's, so both write in one orderly queue.
-    pub async fn with_shared_writer(
-        pool: SqlitePool,
-        writer: SqlitePool,
-        write_gate: Arc<Mutex<()>>,
-        config: EmbeddedConfig,
-    ) -> Result<Self, OpenError> {
-        schema::migrate(&pool).await?;
+    /// The host in an open database (the one the task store uses, so both write through one
+    /// writer): creates or migrates the host tables in it.
+    pub async fn with_database(db: Database, config: EmbeddedConfig) -> Result<Self, OpenError> {
+        db.migrate(&HOST).await.map_err(OpenError::Migrate)?;
         tracing::debug!(
-            schema_version = schema::latest_version(),
+            schema_version = HOST.latest_version(),
             "embedded host ready"
         );
         Ok(EmbeddedHost {
-            pool,
-            writer,
-            write_gate,
+            db,
             config,
             clock: Arc::new(SystemClock),
             channels: Channels::default(),
@@ -149,12 +102,15 @@ impl EmbeddedHost {
 
     /// The host schema version of the open database.
     pub async fn schema_version(&self) -> Result<i64, OpenError> {
-        schema::recorded_version(&self.pool).await
+        self.db
+            .schema_version(&HOST)
+            .await
+            .map_err(OpenError::Migrate)
     }
 
-    /// Waits for running statements and closes every connection.
+    /// Finishes the queued writes and closes the write connection.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.db.close().await;
     }
 
     /// Registers (or replaces) the outbound sender of `platform`.
@@ -168,39 +124,43 @@ impl EmbeddedHost {
     }
 
     /// Stores a message a channel received: creates or refreshes its stream and its sender's
-    /// person, then appends the message.
+    /// person, then appends the message — one transaction, one hand-off to the writer.
     pub async fn ingest_message(
         &self,
         message: &IncomingMessage,
     ) -> Result<IngestedMessage, HostError> {
-        let (_turn, mut tx) = self.begin_write("ingest a message").await?;
-        let stored = ingest(&mut tx, message).await?;
-        tx.commit().await.map_err(db("ingest a message"))?;
-        Ok(stored)
+        let message = message.clone();
+        self.write("ingest a message", move |conn| ingest(conn, &message))
+            .await
     }
 
     /// Creates a person by exact name, or adds aliases, accounts and notes to them.
     pub async fn add_person(&self, person: &NewPerson) -> Result<Person, HostError> {
-        let (_turn, mut tx) = self.begin_write("add a person").await?;
-        let stored = people::add_person(&mut tx, person).await?;
-        tx.commit().await.map_err(db("add a person"))?;
-        Ok(stored)
+        let person = person.clone();
+        self.write("add a person", move |conn| {
+            people::add_person(conn, &person)
+        })
+        .await
     }
 
     /// Records `person` as a member of the group `stream` (a channel that knows a group's member
     /// list); people who write in a group are members without it. Refused for an unknown stream,
     /// a private chat or a group on another platform.
     pub async fn add_member(&self, person: &PersonId, stream: &StreamId) -> Result<(), HostError> {
-        let (_turn, mut tx) = self.begin_write("add a group member").await?;
-        members::add_member(&mut tx, person, stream).await?;
-        tx.commit().await.map_err(db("add a group member"))
+        let (person, stream) = (person.clone(), stream.clone());
+        self.write("add a group member", move |conn| {
+            members::add_member(conn, &person, &stream)
+        })
+        .await
     }
 
     /// Adds `alias` to the person found by `person` (exact name or alias).
     pub async fn add_alias(&self, person: &str, alias: &str) -> Result<(), HostError> {
-        let (_turn, mut tx) = self.begin_write("add an alias").await?;
-        people::add_alias(&mut tx, person, alias).await?;
-        tx.commit().await.map_err(db("add an alias"))
+        let (person, alias) = (person.to_owned(), alias.to_owned());
+        self.write("add an alias", move |conn| {
+            people::add_alias(conn, &person, &alias)
+        })
+        .await
     }
 
     /// Adds or replaces a jargon term of a stream, or of every stream when `stream` is `None`.
@@ -210,26 +170,31 @@ impl EmbeddedHost {
         term: &str,
         meaning: &str,
     ) -> Result<(), HostError> {
-        let (_turn, mut tx) = self.begin_write("add a jargon term").await?;
-        notes::add_jargon(&mut tx, stream, term, meaning).await?;
-        tx.commit().await.map_err(db("add a jargon term"))
+        let (stream, term, meaning) = (stream.cloned(), term.to_owned(), meaning.to_owned());
+        self.write("add a jargon term", move |conn| {
+            notes::add_jargon(conn, stream.as_ref(), &term, &meaning)
+        })
+        .await
     }
 
     /// Stores a knowledge note (found by `search_memory`); `stream: None` = every stream.
     /// Returns its id.
     pub async fn add_note(&self, stream: Option<&StreamId>, text: &str) -> Result<i64, HostError> {
         let at = to_millis(self.clock.now());
-        let (_turn, mut tx) = self.begin_write("add a note").await?;
-        let id = notes::add_note(&mut tx, stream, text, at).await?;
-        tx.commit().await.map_err(db("add a note"))?;
-        Ok(id)
+        let (stream, text) = (stream.cloned(), text.to_owned());
+        self.write("add a note", move |conn| {
+            notes::add_note(conn, stream.as_ref(), &text, at)
+        })
+        .await
     }
 
     /// Sets the bot's talk frequency in a stream (a finite number ≥ 0).
     pub async fn set_frequency(&self, stream: &StreamId, value: f64) -> Result<(), HostError> {
-        let (_turn, mut tx) = self.begin_write("set the talk frequency").await?;
-        notes::set_frequency(&mut tx, stream, value).await?;
-        tx.commit().await.map_err(db("set the talk frequency"))
+        let stream = stream.clone();
+        self.write("set the talk frequency", move |conn| {
+            notes::set_frequency(conn, &stream, value)
+        })
+        .await
     }
 
     /// The latest `limit` invisible context notes of a stream, oldest first.
@@ -238,22 +203,29 @@ impl EmbeddedHost {
         stream: &StreamId,
         limit: usize,
     ) -> Result<Vec<ContextNote>, HostError> {
-        let mut conn = self.read("read context notes").await?;
-        notes::context_notes(&mut conn, stream, limit).await
+        let stream = stream.clone();
+        self.read("read context notes", move |conn| {
+            notes::context_notes(conn, &stream, limit)
+        })
+        .await
     }
 
-    async fn read(&self, action: &'static str) -> Result<PoolConnection<Sqlite>, HostError> {
-        self.pool.acquire().await.map_err(db(action))
+    /// Runs `job` on a reader connection.
+    async fn read<T, F>(&self, action: &'static str, job: F) -> Result<T, HostError>
+    where
+        F: FnOnce(&Connection) -> Result<T, HostError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.db.read(job).await.map_err(unavailable(action))?
     }
 
-    async fn begin_write(&self, action: &'static str) -> Result<WriteTurn<'_>, HostError> {
-        let turn = self.write_gate.lock().await;
-        let tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db(action))?;
-        Ok((turn, tx))
+    /// Runs `job` as one write transaction (undone when it returns an error).
+    async fn write<T, F>(&self, action: &'static str, job: F) -> Result<T, HostError>
+    where
+        F: FnOnce(&Connection) -> Result<T, HostError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.db.write(job).await.map_err(unavailable(action))?
     }
 
     /// Finds or creates the stream of `target`, named after the person when they are known.
@@ -263,39 +235,55 @@ impl EmbeddedHost {
         platform: &str,
         target: &ChatTarget,
     ) -> Result<StreamId, HostError> {
-        const ACTION: &str = "open a stream";
-        const NO_ACTIVITY: i64 = 0;
-        let (_turn, mut tx) = self.begin_write(ACTION).await?;
-        let known_name: Option<String> = match target {
-            ChatTarget::Private { user_id } => sqlx::query_scalar(
-                "SELECT display_name FROM host_accounts WHERE platform = ? AND user_id = ?",
-            )
-            .bind(platform)
-            .bind(user_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db(ACTION))?,
-            ChatTarget::Group { .. } => None,
-        };
-        let names = StreamNames {
-            group: None,
-            private: known_name.as_deref(),
-        };
-        let stream = ensure_stream(&mut tx, None, platform, target, names, NO_ACTIVITY).await?;
-        tx.commit().await.map_err(db(ACTION))?;
-        Ok(stream)
+        let (platform, target) = (platform.to_owned(), target.clone());
+        self.write("open a stream", move |conn| {
+            open_target(conn, &platform, &target)
+        })
+        .await
     }
+}
+
+/// [`EmbeddedHost::ensure_target`] inside the write transaction.
+fn open_target(
+    conn: &Connection,
+    platform: &str,
+    target: &ChatTarget,
+) -> Result<StreamId, HostError> {
+    const NO_ACTIVITY: i64 = 0;
+    let known_name: Option<String> = match target {
+        ChatTarget::Private { user_id } => {
+            Query::new("SELECT display_name FROM host_accounts WHERE platform = ? AND user_id = ?")
+                .bind(platform)
+                .bind(user_id)
+                .scalar_optional(conn)
+                .map_err(db("open a stream"))?
+        }
+        ChatTarget::Group { .. } => None,
+    };
+    let names = StreamNames {
+        group: None,
+        private: known_name.as_deref(),
+    };
+    ensure_stream(conn, None, platform, target, names, NO_ACTIVITY)
+}
+
+/// The bot's delivered message, stored in its stream's history.
+fn store_bot_message(
+    conn: &Connection,
+    stream: &StreamId,
+    bot_name: &str,
+    text: &str,
+    at: i64,
+) -> Result<(), HostError> {
+    insert_message(conn, stream, BOT_USER_ID, bot_name, text, at, true)?;
+    streams::touch(conn, stream, at)
 }
 
 #[async_trait]
 impl Host for EmbeddedHost {
     async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
         let action = || format!("send to stream {stream}");
-        let info = {
-            let mut conn = self.read("read a stream").await?;
-            streams::stream_info(&mut conn, stream).await?
-        };
-        let Some(info) = info else {
+        let Some(info) = self.stream_info(stream).await? else {
             return Err(HostError::new(
                 action(),
                 "no such stream; find it with search_users or open it by group or user id",
@@ -308,20 +296,23 @@ impl Host for EmbeddedHost {
         if delivery == Delivery::Sent {
             // Only what people saw enters the history.
             let at = to_millis(self.clock.now());
-            let (_turn, mut tx) = self.begin_write("store the bot's message").await?;
-            let bot_name = &self.config.persona.bot_name;
-            insert_message(&mut tx, stream, BOT_USER_ID, bot_name, text, at, true).await?;
-            streams::touch(&mut tx, stream, at).await?;
-            tx.commit().await.map_err(db("store the bot's message"))?;
+            let (stream, text) = (stream.clone(), text.to_owned());
+            let bot_name = self.config.persona.bot_name.clone();
+            self.write("store the bot's message", move |conn| {
+                store_bot_message(conn, &stream, &bot_name, &text, at)
+            })
+            .await?;
         }
         Ok(delivery)
     }
 
     async fn append_context(&self, stream: &StreamId, note: &str) -> Result<(), HostError> {
         let at = to_millis(self.clock.now());
-        let (_turn, mut tx) = self.begin_write("append a context note").await?;
-        notes::append_context(&mut tx, stream, note, at).await?;
-        tx.commit().await.map_err(db("append a context note"))
+        let (stream, note) = (stream.clone(), note.to_owned());
+        self.write("append a context note", move |conn| {
+            notes::append_context(conn, &stream, &note, at)
+        })
+        .await
     }
 
     async fn recent_messages(
@@ -330,18 +321,21 @@ impl Host for EmbeddedHost {
         limit: usize,
     ) -> Result<Vec<ChatLine>, HostError> {
         const ACTION: &str = "read recent messages";
-        let mut conn = self.read(ACTION).await?;
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT sender_name, text, at FROM ( \
-                 SELECT message_id, sender_name, text, at FROM host_messages \
-                 WHERE stream_id = ? ORDER BY at DESC, message_id DESC LIMIT ? \
-             ) ORDER BY at, message_id",
-        )
-        .bind(stream.as_str())
-        .bind(sql_limit(limit))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
+        let stream = stream.clone();
+        let rows: Vec<(String, String, i64)> = self
+            .read(ACTION, move |conn| {
+                Query::new(
+                    "SELECT sender_name, text, at FROM ( \
+                     SELECT message_id, sender_name, text, at FROM host_messages \
+                     WHERE stream_id = ? ORDER BY at DESC, message_id DESC LIMIT ? \
+                     ) ORDER BY at, message_id",
+                )
+                .bind(stream.as_str())
+                .bind(sql_limit(limit))
+                .all(conn)
+                .map_err(db(ACTION))
+            })
+            .await?;
         rows.into_iter()
             .map(|(sender, text, at)| {
                 let at = from_millis(at).ok_or_else(|| corrupt(ACTION, format!("time {at}")))?;
@@ -351,8 +345,11 @@ impl Host for EmbeddedHost {
     }
 
     async fn jargon(&self, stream: &StreamId, text: &str) -> Result<Vec<Jargon>, HostError> {
-        let mut conn = self.read("look up jargon").await?;
-        notes::jargon_in(&mut conn, stream, text).await
+        let (stream, text) = (stream.clone(), text.to_owned());
+        self.read("look up jargon", move |conn| {
+            notes::jargon_in(conn, &stream, &text)
+        })
+        .await
     }
 
     async fn persona(&self) -> Persona {
@@ -360,18 +357,27 @@ impl Host for EmbeddedHost {
     }
 
     async fn stream_info(&self, stream: &StreamId) -> Result<Option<StreamInfo>, HostError> {
-        let mut conn = self.read("read a stream").await?;
-        streams::stream_info(&mut conn, stream).await
+        let stream = stream.clone();
+        self.read("read a stream", move |conn| {
+            streams::stream_info(conn, &stream)
+        })
+        .await
     }
 
     async fn is_member(&self, person: &PersonId, stream: &StreamId) -> Result<bool, HostError> {
-        let mut conn = self.read("check a membership").await?;
-        members::is_member(&mut conn, person, stream).await
+        let (person, stream) = (person.clone(), stream.clone());
+        self.read("check a membership", move |conn| {
+            members::is_member(conn, &person, &stream)
+        })
+        .await
     }
 
     async fn display_name(&self, person: &PersonId) -> Result<Option<String>, HostError> {
-        let mut conn = self.read("look up a display name").await?;
-        members::display_name(&mut conn, person).await
+        let person = person.clone();
+        self.read("look up a display name", move |conn| {
+            members::display_name(conn, &person)
+        })
+        .await
     }
 
     async fn open_stream(
@@ -383,13 +389,18 @@ impl Host for EmbeddedHost {
     }
 
     async fn list_streams(&self, limit: usize) -> Result<Vec<StreamInfo>, HostError> {
-        let mut conn = self.read("list streams").await?;
-        streams::list_streams(&mut conn, limit).await
+        self.read("list streams", move |conn| {
+            streams::list_streams(conn, limit)
+        })
+        .await
     }
 
     async fn find_person(&self, name: &str) -> Result<Option<Person>, HostError> {
-        let mut conn = self.read("look up a person").await?;
-        people::find_person(&mut conn, name.trim()).await
+        let name = name.trim().to_owned();
+        self.read("look up a person", move |conn| {
+            people::find_person(conn, &name)
+        })
+        .await
     }
 
     async fn search_users(&self, query: &UserQuery) -> Result<Vec<UserHit>, HostError> {
@@ -397,10 +408,12 @@ impl Host for EmbeddedHost {
             0 => DEFAULT_USER_LIMIT,
             limit => limit.min(MAX_USER_LIMIT),
         };
-        let found = {
-            let mut conn = self.read("search users").await?;
-            find_targets(&mut conn, query, limit).await?
-        };
+        let owned = query.clone();
+        let found = self
+            .read("search users", move |conn| {
+                find_targets(conn, &owned, limit)
+            })
+            .await?;
         let mut hits = Vec::with_capacity(found.len());
         for target in found {
             let stream = match target.found {
@@ -413,8 +426,7 @@ impl Host for EmbeddedHost {
                     let id = self
                         .ensure_target(&platform, &ChatTarget::Private { user_id })
                         .await?;
-                    let mut conn = self.read("search users").await?;
-                    streams::stream_info(&mut conn, &id).await?.ok_or_else(|| {
+                    self.stream_info(&id).await?.ok_or_else(|| {
                         HostError::new("search users", "an opened stream vanished")
                     })?
                 }
@@ -428,15 +440,21 @@ impl Host for EmbeddedHost {
     }
 
     async fn search_memory(&self, query: &MemoryQuery) -> Result<serde_json::Value, HostError> {
-        let mut conn = self.read("search memory").await?;
         let settings = MemorySettings {
             episode_window_minutes: self.config.episode_window_minutes,
         };
-        search_memory(&mut conn, query, settings).await
+        let query = query.clone();
+        self.read("search memory", move |conn| {
+            search_memory(conn, &query, settings)
+        })
+        .await
     }
 
     async fn talk_frequency(&self, stream: &StreamId) -> Result<Option<f64>, HostError> {
-        let mut conn = self.read("read the talk frequency").await?;
-        notes::frequency(&mut conn, stream).await
+        let stream = stream.clone();
+        self.read("read the talk frequency", move |conn| {
+            notes::frequency(conn, &stream)
+        })
+        .await
     }
 }

@@ -5,8 +5,10 @@
 use chrono::{DateTime, Utc};
 use mai_core::host::{ChatTarget, HostError};
 use mai_core::ids::{PersonId, StreamId};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
+
+use crate::sql::Query;
 
 use crate::error::db;
 use crate::people::note_account;
@@ -50,8 +52,8 @@ pub struct IngestedMessage {
 }
 
 /// Stores `message` (the caller holds the write transaction).
-pub(crate) async fn ingest(
-    conn: &mut SqliteConnection,
+pub(crate) fn ingest(
+    conn: &Connection,
     message: &IncomingMessage,
 ) -> Result<IngestedMessage, HostError> {
     const ACTION: &str = "ingest a message";
@@ -85,9 +87,8 @@ pub(crate) async fn ingest(
         &target,
         names,
         at_ms,
-    )
-    .await?;
-    note_account(conn, &sender.platform, &sender.user_id, sender_name, at_ms).await?;
+    )?;
+    note_account(conn, &sender.platform, &sender.user_id, sender_name, at_ms)?;
     let message_id = insert_message(
         conn,
         &stream_id,
@@ -96,8 +97,7 @@ pub(crate) async fn ingest(
         &message.text,
         at_ms,
         false,
-    )
-    .await?;
+    )?;
     Ok(IngestedMessage {
         stream_id,
         message_id,
@@ -105,8 +105,8 @@ pub(crate) async fn ingest(
 }
 
 /// Appends one message to a stream that exists.
-pub(crate) async fn insert_message(
-    conn: &mut SqliteConnection,
+pub(crate) fn insert_message(
+    conn: &Connection,
     stream: &StreamId,
     user_id: &str,
     sender_name: &str,
@@ -114,7 +114,7 @@ pub(crate) async fn insert_message(
     at_ms: i64,
     is_bot: bool,
 ) -> Result<i64, HostError> {
-    sqlx::query_scalar(
+    Query::new(
         "INSERT INTO host_messages (stream_id, user_id, sender_name, text, at, is_bot) \
          VALUES (?, ?, ?, ?, ?, ?) RETURNING message_id",
     )
@@ -124,7 +124,6 @@ pub(crate) async fn insert_message(
     .bind(text)
     .bind(at_ms)
     .bind(is_bot)
-    .fetch_one(&mut *conn)
-    .await
+    .scalar(conn)
     .map_err(db("store a message"))
 }

@@ -21,6 +21,7 @@ mod notes;
 mod onebot;
 mod people;
 mod schema;
+mod sql;
 mod streams;
 mod text_query;
 mod user_search;

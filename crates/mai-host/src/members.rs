@@ -5,17 +5,19 @@
 
 use mai_core::host::HostError;
 use mai_core::ids::{PersonId, StreamId};
-use sqlx::SqliteConnection;
+use rusqlite::Connection;
+
+use crate::sql::Query;
 
 use crate::error::db;
 
 /// Whether `person` belongs to `stream`: two primary-key lookups, no scan.
-pub(crate) async fn is_member(
-    conn: &mut SqliteConnection,
+pub(crate) fn is_member(
+    conn: &Connection,
     person: &PersonId,
     stream: &StreamId,
 ) -> Result<bool, HostError> {
-    sqlx::query_scalar(
+    Query::new(
         "SELECT EXISTS (SELECT 1 FROM host_streams s \
          WHERE s.stream_id = ?1 AND s.platform = ?2 AND ( \
              (s.kind = 'private' AND s.target_id = ?3) \
@@ -25,27 +27,25 @@ pub(crate) async fn is_member(
     .bind(stream.as_str())
     .bind(&person.platform)
     .bind(&person.user_id)
-    .fetch_one(&mut *conn)
-    .await
+    .scalar(conn)
     .map_err(db("check a person's membership of a stream"))
 }
 
 /// Records `person` as a member of the group `stream`. Refused for an unknown stream, a private
 /// chat (it belongs to its person only) or a group on another platform.
-pub(crate) async fn add_member(
-    conn: &mut SqliteConnection,
+pub(crate) fn add_member(
+    conn: &Connection,
     person: &PersonId,
     stream: &StreamId,
 ) -> Result<(), HostError> {
     const ACTION: &str = "add a group member";
-    let group: Option<String> = sqlx::query_scalar(
+    let group: Option<String> = Query::new(
         "SELECT stream_id FROM host_streams \
          WHERE stream_id = ? AND platform = ? AND kind = 'group'",
     )
     .bind(stream.as_str())
     .bind(&person.platform)
-    .fetch_optional(&mut *conn)
-    .await
+    .scalar_optional(conn)
     .map_err(db(ACTION))?;
     if group.is_none() {
         return Err(HostError::new(
@@ -57,24 +57,22 @@ pub(crate) async fn add_member(
             ),
         ));
     }
-    sqlx::query("INSERT OR IGNORE INTO host_members (stream_id, user_id) VALUES (?, ?)")
+    Query::new("INSERT OR IGNORE INTO host_members (stream_id, user_id) VALUES (?, ?)")
         .bind(stream.as_str())
         .bind(&person.user_id)
-        .execute(&mut *conn)
-        .await
+        .execute(conn)
         .map_err(db(ACTION))?;
     Ok(())
 }
 
 /// The latest display name of an account, if the host has seen it.
-pub(crate) async fn display_name(
-    conn: &mut SqliteConnection,
+pub(crate) fn display_name(
+    conn: &Connection,
     person: &PersonId,
 ) -> Result<Option<String>, HostError> {
-    sqlx::query_scalar("SELECT display_name FROM host_accounts WHERE platform = ? AND user_id = ?")
+    Query::new("SELECT display_name FROM host_accounts WHERE platform = ? AND user_id = ?")
         .bind(&person.platform)
         .bind(&person.user_id)
-        .fetch_optional(&mut *conn)
-        .await
+        .scalar_optional(conn)
         .map_err(db("look up a display name"))
 }

@@ -5,8 +5,10 @@
 use chrono::{DateTime, Utc};
 use mai_core::host::{HostError, Jargon};
 use mai_core::ids::StreamId;
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
+
+use crate::sql::Query;
 
 use crate::error::{corrupt, db};
 use crate::schema::from_millis;
@@ -23,8 +25,8 @@ pub struct ContextNote {
 }
 
 /// Adds or replaces a term; `stream: None` makes it global.
-pub(crate) async fn add_jargon(
-    conn: &mut SqliteConnection,
+pub(crate) fn add_jargon(
+    conn: &Connection,
     stream: Option<&StreamId>,
     term: &str,
     meaning: &str,
@@ -33,27 +35,26 @@ pub(crate) async fn add_jargon(
     if term.is_empty() {
         return Err(HostError::new("add a jargon term", "the term is empty"));
     }
-    sqlx::query(
+    Query::new(
         "INSERT INTO host_jargon (scope, term, meaning) VALUES (?, ?, ?) \
          ON CONFLICT (scope, term) DO UPDATE SET meaning = excluded.meaning",
     )
     .bind(stream.map_or(GLOBAL_SCOPE, StreamId::as_str))
     .bind(term)
     .bind(meaning.trim())
-    .execute(&mut *conn)
-    .await
+    .execute(conn)
     .map_err(db("add a jargon term"))?;
     Ok(())
 }
 
 /// Terms of the stream or global that occur in `text` (ASCII case-insensitively); a stream's
 /// own meaning wins over a global one for the same term. Longest terms first.
-pub(crate) async fn jargon_in(
-    conn: &mut SqliteConnection,
+pub(crate) fn jargon_in(
+    conn: &Connection,
     stream: &StreamId,
     text: &str,
 ) -> Result<Vec<Jargon>, HostError> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
+    let rows: Vec<(String, String)> = Query::new(
         "SELECT term, meaning FROM host_jargon \
          WHERE (scope = ?1 OR scope = ?2) AND instr(lower(?3), lower(term)) > 0 \
          ORDER BY scope = ?2, length(term) DESC, term",
@@ -61,8 +62,7 @@ pub(crate) async fn jargon_in(
     .bind(stream.as_str())
     .bind(GLOBAL_SCOPE)
     .bind(text)
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db("look up jargon"))?;
     let mut found: Vec<Jargon> = Vec::with_capacity(rows.len());
     for (term, meaning) in rows {
@@ -74,8 +74,8 @@ pub(crate) async fn jargon_in(
 }
 
 /// Stores a knowledge note; `stream: None` makes it visible from every stream.
-pub(crate) async fn add_note(
-    conn: &mut SqliteConnection,
+pub(crate) fn add_note(
+    conn: &Connection,
     stream: Option<&StreamId>,
     text: &str,
     at_ms: i64,
@@ -84,19 +84,16 @@ pub(crate) async fn add_note(
     if text.is_empty() {
         return Err(HostError::new("add a note", "the note is empty"));
     }
-    sqlx::query_scalar(
-        "INSERT INTO host_notes (stream_id, text, at) VALUES (?, ?, ?) RETURNING note_id",
-    )
-    .bind(stream.map(StreamId::as_str))
-    .bind(text)
-    .bind(at_ms)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db("add a note"))
+    Query::new("INSERT INTO host_notes (stream_id, text, at) VALUES (?, ?, ?) RETURNING note_id")
+        .bind(stream.map(StreamId::as_str))
+        .bind(text)
+        .bind(at_ms)
+        .scalar(conn)
+        .map_err(db("add a note"))
 }
 
-pub(crate) async fn set_frequency(
-    conn: &mut SqliteConnection,
+pub(crate) fn set_frequency(
+    conn: &Connection,
     stream: &StreamId,
     value: f64,
 ) -> Result<(), HostError> {
@@ -106,53 +103,47 @@ pub(crate) async fn set_frequency(
             format!("the value must be a finite number ≥ 0, got {value}"),
         ));
     }
-    sqlx::query(
+    Query::new(
         "INSERT INTO host_frequency (stream_id, value) VALUES (?, ?) \
          ON CONFLICT (stream_id) DO UPDATE SET value = excluded.value",
     )
     .bind(stream.as_str())
     .bind(value)
-    .execute(&mut *conn)
-    .await
+    .execute(conn)
     .map_err(db("set the talk frequency"))?;
     Ok(())
 }
 
-pub(crate) async fn frequency(
-    conn: &mut SqliteConnection,
-    stream: &StreamId,
-) -> Result<Option<f64>, HostError> {
-    sqlx::query_scalar("SELECT value FROM host_frequency WHERE stream_id = ?")
+pub(crate) fn frequency(conn: &Connection, stream: &StreamId) -> Result<Option<f64>, HostError> {
+    Query::new("SELECT value FROM host_frequency WHERE stream_id = ?")
         .bind(stream.as_str())
-        .fetch_optional(&mut *conn)
-        .await
+        .scalar_optional(conn)
         .map_err(db("read the talk frequency"))
 }
 
-pub(crate) async fn append_context(
-    conn: &mut SqliteConnection,
+pub(crate) fn append_context(
+    conn: &Connection,
     stream: &StreamId,
     note: &str,
     at_ms: i64,
 ) -> Result<(), HostError> {
-    sqlx::query("INSERT INTO host_context_notes (stream_id, note, at) VALUES (?, ?, ?)")
+    Query::new("INSERT INTO host_context_notes (stream_id, note, at) VALUES (?, ?, ?)")
         .bind(stream.as_str())
         .bind(note)
         .bind(at_ms)
-        .execute(&mut *conn)
-        .await
+        .execute(conn)
         .map_err(db("append a context note"))?;
     Ok(())
 }
 
 /// The latest `limit` context notes of a stream, oldest first.
-pub(crate) async fn context_notes(
-    conn: &mut SqliteConnection,
+pub(crate) fn context_notes(
+    conn: &Connection,
     stream: &StreamId,
     limit: usize,
 ) -> Result<Vec<ContextNote>, HostError> {
     const ACTION: &str = "read context notes";
-    let rows: Vec<(String, i64)> = sqlx::query_as(
+    let rows: Vec<(String, i64)> = Query::new(
         "SELECT note, at FROM ( \
              SELECT note_id, note, at FROM host_context_notes WHERE stream_id = ? \
              ORDER BY note_id DESC LIMIT ? \
@@ -160,8 +151,7 @@ pub(crate) async fn context_notes(
     )
     .bind(stream.as_str())
     .bind(sql_limit(limit))
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db(ACTION))?;
     rows.into_iter()
         .map(|(note, at)| {

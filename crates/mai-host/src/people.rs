@@ -7,8 +7,10 @@
 
 use mai_core::host::{HostError, Person};
 use mai_core::ids::PersonId;
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
+
+use crate::sql::Query;
 
 use crate::error::db;
 
@@ -26,11 +28,8 @@ pub struct NewPerson {
 }
 
 /// The person with this exact name, else the one with this exact alias (the oldest on ties).
-pub(crate) async fn resolve_person(
-    conn: &mut SqliteConnection,
-    name: &str,
-) -> Result<Option<i64>, HostError> {
-    sqlx::query_scalar(
+pub(crate) fn resolve_person(conn: &Connection, name: &str) -> Result<Option<i64>, HostError> {
+    Query::new(
         "SELECT person_id FROM ( \
              SELECT person_id, 0 AS priority FROM host_persons WHERE name = ?1 \
              UNION ALL \
@@ -38,48 +37,38 @@ pub(crate) async fn resolve_person(
          ) ORDER BY priority, person_id LIMIT 1",
     )
     .bind(name)
-    .fetch_optional(&mut *conn)
-    .await
+    .scalar_optional(conn)
     .map_err(db("look up a person"))
 }
 
-pub(crate) async fn load_person(
-    conn: &mut SqliteConnection,
-    person_id: i64,
-) -> Result<Option<Person>, HostError> {
+pub(crate) fn load_person(conn: &Connection, person_id: i64) -> Result<Option<Person>, HostError> {
     const ACTION: &str = "read a person";
-    let name: Option<String> =
-        sqlx::query_scalar("SELECT name FROM host_persons WHERE person_id = ?")
-            .bind(person_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(db(ACTION))?;
+    let name: Option<String> = Query::new("SELECT name FROM host_persons WHERE person_id = ?")
+        .bind(person_id)
+        .scalar_optional(conn)
+        .map_err(db(ACTION))?;
     let Some(name) = name else {
         return Ok(None);
     };
-    let aliases: Vec<String> = sqlx::query_scalar(
+    let aliases: Vec<String> = Query::new(
         "SELECT alias FROM host_person_aliases WHERE person_id = ? AND alias <> ? ORDER BY alias",
     )
     .bind(person_id)
     .bind(&name)
-    .fetch_all(&mut *conn)
-    .await
+    .scalar_all(conn)
     .map_err(db(ACTION))?;
-    let accounts: Vec<(String, String)> = sqlx::query_as(
+    let accounts: Vec<(String, String)> = Query::new(
         "SELECT platform, user_id FROM host_accounts WHERE person_id = ? \
          ORDER BY platform, user_id",
     )
     .bind(person_id)
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db(ACTION))?;
-    let notes: Vec<String> = sqlx::query_scalar(
-        "SELECT note FROM host_person_notes WHERE person_id = ? ORDER BY note_id",
-    )
-    .bind(person_id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(db(ACTION))?;
+    let notes: Vec<String> =
+        Query::new("SELECT note FROM host_person_notes WHERE person_id = ? ORDER BY note_id")
+            .bind(person_id)
+            .scalar_all(conn)
+            .map_err(db(ACTION))?;
     Ok(Some(Person {
         name,
         aliases,
@@ -88,20 +77,17 @@ pub(crate) async fn load_person(
     }))
 }
 
-pub(crate) async fn find_person(
-    conn: &mut SqliteConnection,
-    name: &str,
-) -> Result<Option<Person>, HostError> {
-    match resolve_person(conn, name).await? {
-        Some(person_id) => load_person(conn, person_id).await,
+pub(crate) fn find_person(conn: &Connection, name: &str) -> Result<Option<Person>, HostError> {
+    match resolve_person(conn, name)? {
+        Some(person_id) => load_person(conn, person_id),
         None => Ok(None),
     }
 }
 
 /// The person behind an account, created from the display name on first sight; records the
 /// display name (as an alias when it is not the person's name) and when the account was seen.
-pub(crate) async fn note_account(
-    conn: &mut SqliteConnection,
+pub(crate) fn note_account(
+    conn: &Connection,
     platform: &str,
     user_id: &str,
     display_name: &str,
@@ -109,7 +95,7 @@ pub(crate) async fn note_account(
 ) -> Result<i64, HostError> {
     const ACTION: &str = "record a message sender";
     // A known account is found and refreshed in one statement (one round trip).
-    let known: Option<(i64, String)> = sqlx::query_as(
+    let known: Option<(i64, String)> = Query::new(
         "UPDATE host_accounts SET display_name = ?, last_seen = MAX(last_seen, ?) \
          WHERE platform = ? AND user_id = ? \
          RETURNING person_id, \
@@ -119,12 +105,11 @@ pub(crate) async fn note_account(
     .bind(at_ms)
     .bind(platform)
     .bind(user_id)
-    .fetch_optional(&mut *conn)
-    .await
+    .optional(conn)
     .map_err(db(ACTION))?;
     let Some((person_id, name)) = known else {
-        let person_id = insert_person(conn, display_name).await?;
-        sqlx::query(
+        let person_id = insert_person(conn, display_name)?;
+        Query::new(
             "INSERT INTO host_accounts (platform, user_id, person_id, display_name, last_seen) \
              VALUES (?, ?, ?, ?, ?)",
         )
@@ -133,134 +118,111 @@ pub(crate) async fn note_account(
         .bind(person_id)
         .bind(display_name)
         .bind(at_ms)
-        .execute(&mut *conn)
-        .await
+        .execute(conn)
         .map_err(db(ACTION))?;
         return Ok(person_id);
     };
     if display_name != name {
-        insert_alias(conn, person_id, display_name).await?;
+        insert_alias(conn, person_id, display_name)?;
     }
     Ok(person_id)
 }
 
 /// Creates or extends a person (see the module comment) and returns it as stored.
-pub(crate) async fn add_person(
-    conn: &mut SqliteConnection,
-    new: &NewPerson,
-) -> Result<Person, HostError> {
+pub(crate) fn add_person(conn: &Connection, new: &NewPerson) -> Result<Person, HostError> {
     const ACTION: &str = "add a person";
     let name = new.name.trim();
     if name.is_empty() {
         return Err(HostError::new(ACTION, "the person's name is empty"));
     }
-    let existing: Option<i64> = sqlx::query_scalar(
-        "SELECT person_id FROM host_persons WHERE name = ? ORDER BY person_id LIMIT 1",
-    )
-    .bind(name)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(db(ACTION))?;
+    let existing: Option<i64> =
+        Query::new("SELECT person_id FROM host_persons WHERE name = ? ORDER BY person_id LIMIT 1")
+            .bind(name)
+            .scalar_optional(conn)
+            .map_err(db(ACTION))?;
     let person_id = match existing {
         Some(person_id) => person_id,
-        None => insert_person(conn, name).await?,
+        None => insert_person(conn, name)?,
     };
     for alias in new.aliases.iter().map(|alias| alias.trim()) {
         if !alias.is_empty() && alias != name {
-            insert_alias(conn, person_id, alias).await?;
+            insert_alias(conn, person_id, alias)?;
         }
     }
     for account in &new.accounts {
-        link_account(conn, person_id, account, name).await?;
+        link_account(conn, person_id, account, name)?;
     }
     for note in new.notes.iter().map(|note| note.trim()) {
         if !note.is_empty() {
-            sqlx::query("INSERT OR IGNORE INTO host_person_notes (person_id, note) VALUES (?, ?)")
+            Query::new("INSERT OR IGNORE INTO host_person_notes (person_id, note) VALUES (?, ?)")
                 .bind(person_id)
                 .bind(note)
-                .execute(&mut *conn)
-                .await
+                .execute(conn)
                 .map_err(db(ACTION))?;
         }
     }
-    load_person(conn, person_id)
-        .await?
+    load_person(conn, person_id)?
         .ok_or_else(|| HostError::new(ACTION, "the person vanished while being written"))
 }
 
 /// Adds an alias to the person found by `person` (exact name or alias).
-pub(crate) async fn add_alias(
-    conn: &mut SqliteConnection,
-    person: &str,
-    alias: &str,
-) -> Result<(), HostError> {
+pub(crate) fn add_alias(conn: &Connection, person: &str, alias: &str) -> Result<(), HostError> {
     let alias = alias.trim();
     if alias.is_empty() {
         return Err(HostError::new("add an alias", "the alias is empty"));
     }
-    let Some(person_id) = resolve_person(conn, person).await? else {
+    let Some(person_id) = resolve_person(conn, person)? else {
         return Err(HostError::new(
             "add an alias",
             format!("no person is named `{person}`; add the person first"),
         ));
     };
-    insert_alias(conn, person_id, alias).await
+    insert_alias(conn, person_id, alias)
 }
 
-async fn insert_person(conn: &mut SqliteConnection, name: &str) -> Result<i64, HostError> {
-    sqlx::query_scalar("INSERT INTO host_persons (name) VALUES (?) RETURNING person_id")
+fn insert_person(conn: &Connection, name: &str) -> Result<i64, HostError> {
+    Query::new("INSERT INTO host_persons (name) VALUES (?) RETURNING person_id")
         .bind(name)
-        .fetch_one(&mut *conn)
-        .await
+        .scalar(conn)
         .map_err(db("create a person"))
 }
 
-async fn insert_alias(
-    conn: &mut SqliteConnection,
-    person_id: i64,
-    alias: &str,
-) -> Result<(), HostError> {
-    sqlx::query("INSERT OR IGNORE INTO host_person_aliases (person_id, alias) VALUES (?, ?)")
+fn insert_alias(conn: &Connection, person_id: i64, alias: &str) -> Result<(), HostError> {
+    Query::new("INSERT OR IGNORE INTO host_person_aliases (person_id, alias) VALUES (?, ?)")
         .bind(person_id)
         .bind(alias)
-        .execute(&mut *conn)
-        .await
+        .execute(conn)
         .map_err(db("add an alias"))?;
     Ok(())
 }
 
 /// Links an account to `person_id`; the previous owner, if left without accounts, is merged in.
-async fn link_account(
-    conn: &mut SqliteConnection,
+fn link_account(
+    conn: &Connection,
     person_id: i64,
     account: &PersonId,
     display_name: &str,
 ) -> Result<(), HostError> {
     const ACTION: &str = "link an account to a person";
-    let previous: Option<i64> = sqlx::query_scalar(
-        "SELECT person_id FROM host_accounts WHERE platform = ? AND user_id = ?",
-    )
-    .bind(&account.platform)
-    .bind(&account.user_id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(db(ACTION))?;
+    let previous: Option<i64> =
+        Query::new("SELECT person_id FROM host_accounts WHERE platform = ? AND user_id = ?")
+            .bind(&account.platform)
+            .bind(&account.user_id)
+            .scalar_optional(conn)
+            .map_err(db(ACTION))?;
     match previous {
         Some(previous) if previous == person_id => Ok(()),
         Some(previous) => {
-            sqlx::query(
-                "UPDATE host_accounts SET person_id = ? WHERE platform = ? AND user_id = ?",
-            )
-            .bind(person_id)
-            .bind(&account.platform)
-            .bind(&account.user_id)
-            .execute(&mut *conn)
-            .await
-            .map_err(db(ACTION))?;
-            merge_if_orphaned(conn, previous, person_id).await
+            Query::new("UPDATE host_accounts SET person_id = ? WHERE platform = ? AND user_id = ?")
+                .bind(person_id)
+                .bind(&account.platform)
+                .bind(&account.user_id)
+                .execute(conn)
+                .map_err(db(ACTION))?;
+            merge_if_orphaned(conn, previous, person_id)
         }
         None => {
-            sqlx::query(
+            Query::new(
                 "INSERT INTO host_accounts (platform, user_id, person_id, display_name, last_seen) \
                  VALUES (?, ?, ?, ?, 0)",
             )
@@ -268,8 +230,7 @@ async fn link_account(
             .bind(&account.user_id)
             .bind(person_id)
             .bind(display_name)
-            .execute(&mut *conn)
-            .await
+            .execute(conn)
             .map_err(db(ACTION))?;
             Ok(())
         }
@@ -277,17 +238,12 @@ async fn link_account(
 }
 
 /// Folds `from` into `into` when `from` has no account left.
-async fn merge_if_orphaned(
-    conn: &mut SqliteConnection,
-    from: i64,
-    into: i64,
-) -> Result<(), HostError> {
+fn merge_if_orphaned(conn: &Connection, from: i64, into: i64) -> Result<(), HostError> {
     const ACTION: &str = "merge a person into another";
     let has_accounts: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM host_accounts WHERE person_id = ?)")
+        Query::new("SELECT EXISTS (SELECT 1 FROM host_accounts WHERE person_id = ?)")
             .bind(from)
-            .fetch_one(&mut *conn)
-            .await
+            .scalar(conn)
             .map_err(db(ACTION))?;
     if has_accounts {
         return Ok(());
@@ -300,17 +256,15 @@ async fn merge_if_orphaned(
         "INSERT OR IGNORE INTO host_person_notes (person_id, note) \
          SELECT ?2, note FROM host_person_notes WHERE person_id = ?1 ORDER BY note_id",
     ] {
-        sqlx::query(statement)
+        Query::new(statement)
             .bind(from)
             .bind(into)
-            .execute(&mut *conn)
-            .await
+            .execute(conn)
             .map_err(db(ACTION))?;
     }
-    sqlx::query("DELETE FROM host_persons WHERE person_id = ?")
+    Query::new("DELETE FROM host_persons WHERE person_id = ?")
         .bind(from)
-        .execute(&mut *conn)
-        .await
+        .execute(conn)
         .map_err(db(ACTION))?;
     Ok(())
 }

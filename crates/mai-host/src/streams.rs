@@ -3,7 +3,9 @@
 
 use mai_core::host::{ChatTarget, HostError, StreamInfo};
 use mai_core::ids::{GroupId, IdError, PersonId, StreamId};
-use sqlx::SqliteConnection;
+use rusqlite::Connection;
+
+use crate::sql::Query;
 
 use crate::error::{corrupt, db};
 
@@ -49,33 +51,28 @@ pub(crate) fn info_from_row(row: StreamRow) -> Result<StreamInfo, HostError> {
     })
 }
 
-pub(crate) async fn stream_info(
-    conn: &mut SqliteConnection,
+pub(crate) fn stream_info(
+    conn: &Connection,
     stream: &StreamId,
 ) -> Result<Option<StreamInfo>, HostError> {
-    let row: Option<StreamRow> = sqlx::query_as(
+    let row: Option<StreamRow> = Query::new(
         "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name \
          FROM host_streams s WHERE s.stream_id = ?",
     )
     .bind(stream.as_str())
-    .fetch_optional(&mut *conn)
-    .await
+    .optional(conn)
     .map_err(db("read a stream"))?;
     row.map(info_from_row).transpose()
 }
 
 /// Known streams, most recently active first.
-pub(crate) async fn list_streams(
-    conn: &mut SqliteConnection,
-    limit: usize,
-) -> Result<Vec<StreamInfo>, HostError> {
-    let rows: Vec<StreamRow> = sqlx::query_as(
+pub(crate) fn list_streams(conn: &Connection, limit: usize) -> Result<Vec<StreamInfo>, HostError> {
+    let rows: Vec<StreamRow> = Query::new(
         "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name FROM host_streams s \
          ORDER BY s.last_active DESC, s.stream_id LIMIT ?",
     )
     .bind(sql_limit(limit))
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db("list streams"))?;
     rows.into_iter().map(info_from_row).collect()
 }
@@ -90,8 +87,8 @@ pub(crate) struct StreamNames<'a> {
 
 /// Finds the stream — by `wanted` id first, then by platform and target — or creates it (with
 /// `wanted` as its id, or the derived one), and records activity at `at_ms`.
-pub(crate) async fn ensure_stream(
-    conn: &mut SqliteConnection,
+pub(crate) fn ensure_stream(
+    conn: &Connection,
     wanted: Option<&StreamId>,
     platform: &str,
     target: &ChatTarget,
@@ -104,7 +101,7 @@ pub(crate) async fn ensure_stream(
     // The stream asked for, else the one of this target: found and refreshed in one statement
     // (each statement is a round trip to the connection's thread, taken while holding the
     // write turn).
-    let existing: Option<String> = sqlx::query_scalar(
+    let existing: Option<String> = Query::new(
         "UPDATE host_streams SET \
          name = CASE kind WHEN 'group' THEN COALESCE(?, name) ELSE COALESCE(?, name) END, \
          last_active = MAX(last_active, ?) \
@@ -121,8 +118,7 @@ pub(crate) async fn ensure_stream(
     .bind(platform)
     .bind(kind)
     .bind(target_id)
-    .fetch_optional(&mut *conn)
-    .await
+    .scalar_optional(conn)
     .map_err(db(ACTION))?;
     if let Some(id) = existing {
         return StreamId::new(id).map_err(|error| corrupt(ACTION, error));
@@ -133,7 +129,7 @@ pub(crate) async fn ensure_stream(
         ChatTarget::Private { .. } => names.private,
     }
     .unwrap_or(target_id);
-    sqlx::query(
+    Query::new(
         "INSERT INTO host_streams (stream_id, platform, kind, target_id, name, last_active) \
          VALUES (?, ?, ?, ?, ?, ?)",
     )
@@ -143,23 +139,17 @@ pub(crate) async fn ensure_stream(
     .bind(target_id)
     .bind(name)
     .bind(at_ms)
-    .execute(&mut *conn)
-    .await
+    .execute(conn)
     .map_err(db(ACTION))?;
     Ok(id)
 }
 
 /// Records activity in a stream (the bot spoke) without touching its name.
-pub(crate) async fn touch(
-    conn: &mut SqliteConnection,
-    stream: &StreamId,
-    at_ms: i64,
-) -> Result<(), HostError> {
-    sqlx::query("UPDATE host_streams SET last_active = MAX(last_active, ?) WHERE stream_id = ?")
+pub(crate) fn touch(conn: &Connection, stream: &StreamId, at_ms: i64) -> Result<(), HostError> {
+    Query::new("UPDATE host_streams SET last_active = MAX(last_active, ?) WHERE stream_id = ?")
         .bind(at_ms)
         .bind(stream.as_str())
-        .execute(&mut *conn)
-        .await
+        .execute(conn)
         .map_err(db("record activity in a stream"))?;
     Ok(())
 }

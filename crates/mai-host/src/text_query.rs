@@ -7,7 +7,7 @@
 //! than 3 characters (`据库`), so those become `LIKE '%term%'` patterns with `%`, `_` and `\`
 //! escaped. Everything reaches SQLite as a bound parameter, never as SQL text.
 
-use sqlx::{QueryBuilder, Sqlite};
+use crate::sql::Query;
 
 /// Characters that separate terms besides whitespace.
 const SEPARATORS: &[char] = &[',', ';', '|', '，', '、', '；', '。'];
@@ -60,7 +60,7 @@ impl TextQuery {
     /// an empty query.
     pub(crate) fn push_condition(
         &self,
-        qb: &mut QueryBuilder<Sqlite>,
+        qb: &mut Query,
         index: &FtsIndex,
         id_column: &str,
         text_column: &str,
@@ -97,7 +97,7 @@ impl TextQuery {
     /// subquery being flattened into the caller's query),
     /// NULL for substring-only hits. An id can appear twice; callers take `MIN(score)`.
     /// Must not be called for an empty query.
-    pub(crate) fn push_ranked_hits(&self, qb: &mut QueryBuilder<Sqlite>, index: &FtsIndex) {
+    pub(crate) fn push_ranked_hits(&self, qb: &mut Query, index: &FtsIndex) {
         let mut first = true;
         if let Some(fts) = &self.fts {
             qb.push(format_args!(

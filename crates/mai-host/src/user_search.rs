@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 
 use mai_core::host::{HostError, StreamInfo, UserQuery};
-use sqlx::SqliteConnection;
+use rusqlite::Connection;
+
+use crate::sql::Query;
 
 use crate::error::db;
 use crate::streams::info_from_row;
@@ -83,8 +85,8 @@ type AccountRow = (String, String, String, i64, i64, String);
 const ACTION: &str = "search users";
 
 /// The targets matching `query`, best first, at most `limit`.
-pub(crate) async fn find_targets(
-    conn: &mut SqliteConnection,
+pub(crate) fn find_targets(
+    conn: &Connection,
     query: &UserQuery,
     limit: usize,
 ) -> Result<Vec<FoundTarget>, HostError> {
@@ -108,23 +110,20 @@ pub(crate) async fn find_targets(
     if !keywords.is_empty() && normalized.is_empty() {
         return Ok(Vec::new());
     }
-    let aliases_of = aliases_by_person(conn).await?;
-    let mut candidates = stream_candidates(conn, platform, (groups, privates), &aliases_of).await?;
+    let aliases_of = aliases_by_person(conn)?;
+    let mut candidates = stream_candidates(conn, platform, (groups, privates), &aliases_of)?;
     // People known from groups only: found too, so they can be messaged privately.
     if privates && !keywords.is_empty() {
-        candidates.extend(account_candidates(conn, platform, &aliases_of).await?);
+        candidates.extend(account_candidates(conn, platform, &aliases_of)?);
     }
     Ok(rank(candidates, &normalized, limit))
 }
 
 /// Every person's aliases, in alphabetical order.
-async fn aliases_by_person(
-    conn: &mut SqliteConnection,
-) -> Result<HashMap<i64, Vec<String>>, HostError> {
+fn aliases_by_person(conn: &Connection) -> Result<HashMap<i64, Vec<String>>, HostError> {
     let aliases: Vec<(i64, String)> =
-        sqlx::query_as("SELECT person_id, alias FROM host_person_aliases ORDER BY alias")
-            .fetch_all(&mut *conn)
-            .await
+        Query::new("SELECT person_id, alias FROM host_person_aliases ORDER BY alias")
+            .all(conn)
             .map_err(db(ACTION))?;
     let mut aliases_of: HashMap<i64, Vec<String>> = HashMap::new();
     for (person_id, alias) in aliases {
@@ -136,13 +135,13 @@ async fn aliases_by_person(
 /// The streams of the admitted kinds (`(groups, private chats)`) on `platform` (any when
 /// `None`), each findable by its name, its person's name and aliases (a private chat), its
 /// target id and its stream id.
-async fn stream_candidates(
-    conn: &mut SqliteConnection,
+fn stream_candidates(
+    conn: &Connection,
     platform: Option<&str>,
     (groups, privates): (bool, bool),
     aliases_of: &HashMap<i64, Vec<String>>,
 ) -> Result<Vec<Candidate>, HostError> {
-    let streams: Vec<StreamCandidateRow> = sqlx::query_as(
+    let streams: Vec<StreamCandidateRow> = Query::new(
         "SELECT s.stream_id, s.platform, s.kind, s.target_id, s.name, s.last_active, \
                 p.person_id, p.name \
          FROM host_streams s \
@@ -155,8 +154,7 @@ async fn stream_candidates(
     .bind(platform)
     .bind(groups)
     .bind(privates)
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db(ACTION))?;
     let mut candidates = Vec::with_capacity(streams.len());
     for (stream_id, stream_platform, kind, target_id, name, last_active, person_id, person) in
@@ -185,12 +183,12 @@ async fn stream_candidates(
 
 /// The accounts on `platform` (any when `None`) that have no private stream yet, each findable
 /// by its person's name, its display name, its person's aliases and its user id.
-async fn account_candidates(
-    conn: &mut SqliteConnection,
+fn account_candidates(
+    conn: &Connection,
     platform: Option<&str>,
     aliases_of: &HashMap<i64, Vec<String>>,
 ) -> Result<Vec<Candidate>, HostError> {
-    let accounts: Vec<AccountRow> = sqlx::query_as(
+    let accounts: Vec<AccountRow> = Query::new(
         "SELECT a.platform, a.user_id, a.display_name, a.last_seen, p.person_id, p.name \
          FROM host_accounts a JOIN host_persons p ON p.person_id = a.person_id \
          WHERE (?1 IS NULL OR a.platform = ?1) \
@@ -198,8 +196,7 @@ async fn account_candidates(
                            AND s.kind = 'private' AND s.target_id = a.user_id)",
     )
     .bind(platform)
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db(ACTION))?;
     let mut candidates = Vec::with_capacity(accounts.len());
     for (account_platform, user_id, display_name, last_seen, person_id, person) in accounts {

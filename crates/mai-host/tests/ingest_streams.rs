@@ -237,9 +237,9 @@ async fn the_host_shares_the_task_database_file() {
     );
 }
 
-/// As `serve` has it: the host writes through the task store's writer and waits in the same
-/// queue. Messages and task writes interleaving on one file all land, none waits for SQLite's
-/// busy handler to give up, and nothing deadlocks.
+/// As `serve` has it: the host writes through the task store's writer, in the same queue.
+/// Messages and task writes interleaving on one file all land, none waits for SQLite's busy
+/// handler to give up, and nothing deadlocks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_and_the_task_store_write_one_file_through_one_queue() {
     use mai_core::store::TaskStore;
@@ -252,16 +252,10 @@ async fn the_host_and_the_task_store_write_one_file_through_one_queue() {
             .await
             .unwrap(),
     );
-    let (writer, gate) = store.shared_writer();
     let host = Arc::new(
-        EmbeddedHost::with_shared_writer(
-            store.pool().clone(),
-            writer,
-            gate,
-            EmbeddedConfig::default(),
-        )
-        .await
-        .unwrap(),
+        EmbeddedHost::with_database(store.database().clone(), EmbeddedConfig::default())
+            .await
+            .unwrap(),
     );
     let mut writes = Vec::new();
     for i in 0..40_i64 {

@@ -63,7 +63,7 @@ impl Served {
             .await
             .unwrap();
         let host = Arc::new(
-            EmbeddedHost::with_pool(store.pool().clone(), EmbeddedConfig::default())
+            EmbeddedHost::with_database(store.database().clone(), EmbeddedConfig::default())
                 .await
                 .unwrap(),
         );

@@ -1,13 +1,12 @@
-//! Appending to a task's agent history inside a write transaction: entries are numbered on
-//! from the stored maximum and inserted in one statement.
+//! Appending to a task's agent history inside a write transaction (on the writer's thread):
+//! entries are numbered on from the stored maximum.
 
 use mai_core::store::{NewHistoryEntry, StoreError};
 use mai_core::task::TaskId;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use rusqlite::{Connection, params};
 
 use crate::codec::time_text;
 use crate::error::{corrupt, db};
-use crate::status_log::ROWS_PER_INSERT;
 
 /// A history entry as columns, encoded before the write lock is taken.
 #[derive(Debug)]
@@ -37,30 +36,27 @@ pub(crate) fn encode_history(
         .collect()
 }
 
-/// Appends `rows` numbered from `first_seq` (the stored maximum + 1), one statement per
-/// [`ROWS_PER_INSERT`] rows.
-pub(crate) async fn insert_history(
-    tx: &mut SqliteConnection,
+/// Appends `rows` numbered from `first_seq` (the stored maximum + 1).
+pub(crate) fn insert_history(
+    connection: &Connection,
     key: &str,
     first_seq: i64,
     rows: &[HistoryRow],
     doing: &'static str,
 ) -> Result<(), StoreError> {
-    let numbered: Vec<(i64, &HistoryRow)> = (first_seq..).zip(rows).collect();
-    for chunk in numbered.chunks(ROWS_PER_INSERT) {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO task_history (task_id, seq, round, kind, payload, at) ",
-        );
-        insert.push_values(chunk, |mut values, (seq, row)| {
-            values
-                .push_bind(key)
-                .push_bind(*seq)
-                .push_bind(row.round)
-                .push_bind(row.kind)
-                .push_bind(row.payload.as_str())
-                .push_bind(row.at.as_str());
-        });
-        insert.build().execute(&mut *tx).await.map_err(db(doing))?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut insert = connection
+        .prepare_cached(
+            "INSERT INTO task_history (task_id, seq, round, kind, payload, at) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .map_err(db(doing))?;
+    for (seq, row) in (first_seq..).zip(rows) {
+        insert
+            .execute(params![key, seq, row.round, row.kind, row.payload, row.at])
+            .map_err(db(doing))?;
     }
     Ok(())
 }

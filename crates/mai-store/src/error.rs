@@ -1,12 +1,29 @@
 //! Turning driver failures into [`StoreError`]s that say what was being done.
 
 use std::fmt::Display;
-use std::path::PathBuf;
 
 use mai_core::store::StoreError;
 
+use crate::writer::WriteError;
+
 /// A `map_err` adapter: a database failure while `doing` something.
-pub(crate) fn db(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+pub(crate) fn db(doing: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Database {
+        doing,
+        source: Box::new(source),
+    }
+}
+
+/// A write whose transaction failed (or whose writer is gone) while `doing` something.
+pub(crate) fn write_failed(doing: &'static str) -> impl FnOnce(WriteError) -> StoreError {
+    move |source| StoreError::Database {
+        doing,
+        source: Box::new(source),
+    }
+}
+
+/// A read that could not run because the database is closed.
+pub(crate) fn closed(doing: &'static str) -> impl FnOnce(crate::database::Closed) -> StoreError {
     move |source| StoreError::Database {
         doing,
         source: Box::new(source),
@@ -22,17 +39,10 @@ pub(crate) fn corrupt(task: impl Display, detail: impl Display) -> StoreError {
 }
 
 /// Whether `error` is a violated uniqueness constraint (an insert of an existing key).
-pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .is_some_and(|db_error| db_error.is_unique_violation())
-}
-
-/// The database file could not be opened or created; names the file.
-#[derive(Debug, thiserror::Error)]
-#[error("{}: {source}", path.display())]
-pub(crate) struct OpenFailed {
-    pub path: PathBuf,
-    #[source]
-    pub source: Box<dyn std::error::Error + Send + Sync>,
+pub(crate) fn is_unique_violation(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error(),
+        Some(failure) if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+            || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+    )
 }

@@ -1,21 +1,29 @@
-//! mai-agent persistence: [`SqliteStore`], the [`mai_core::store::TaskStore`] on SQLite.
+//! mai-agent persistence: [`Database`] (one SQLite file opened once, written only through its
+//! [`Writer`]) and [`SqliteStore`], the [`mai_core::store::TaskStore`] on it.
 //!
-//! This crate owns the database: its schema and migrations (`migrations/`, embedded at build
-//! time), the mapping between task records and rows, and the transactions that keep the status
-//! log append-only and status writes compare-and-set. It owns no task semantics: transitions,
-//! scheduling and recovery belong to `mai-core` and the engine.
+//! This crate owns the database: opening a file and its pragmas, the writer thread that owns
+//! the write connection and its queue (group commit), the migrations every component sharing
+//! the file brings (the task schema in `migrations/`, embedded at build time), the mapping
+//! between task records and rows, and the transactions that keep the status log append-only
+//! and status writes compare-and-set. It owns no task semantics: transitions, scheduling and
+//! recovery belong to `mai-core` and the engine. The writer is generic over a [`Session`], the
+//! seam where a backend other than SQLite would sit.
 
 mod agent_history;
 mod codec;
+mod database;
 mod error;
-mod group_commit;
-mod one_trip;
+mod migrate;
 mod read;
 mod schema;
 mod sqlite;
 mod status_log;
 mod write;
+mod writer;
 
+pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
+pub use migrate::{MigrateError, Migration, Migrations};
 pub use read::AMBIGUOUS_LIMIT;
-pub use schema::SchemaError;
-pub use sqlite::{ConnectionSettings, SqliteOptions, SqliteStore};
+pub use rusqlite;
+pub use sqlite::{ConnectionSettings, SqliteStore};
+pub use writer::{Session, WriteError, Writer};

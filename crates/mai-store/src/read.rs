@@ -1,16 +1,17 @@
-//! The read queries: one task, a person's reference to a task, filtered lists, history.
+//! The read queries: one task, a person's reference to a task, filtered lists, history. Each
+//! runs on a reader connection's thread (see `database`).
 //!
 //! Every task read uses the same projection: the row plus its status log aggregated into one
 //! JSON column, so a list of N tasks is one statement, not N+1.
 
 use mai_core::store::{CountQuery, HistoryEntry, Resolved, StoreError, TaskCounts, TaskFilter};
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
-use sqlx::{QueryBuilder, Sqlite};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use uuid::Uuid;
 
 use crate::codec::{decode_history, decode_task, id_key, level_text, parse_id_key};
 use crate::error::{corrupt, db};
-use crate::sqlite::SqliteStore;
 
 /// At most this many ids come back in [`Resolved::Ambiguous`]: enough for "which one?".
 pub const AMBIGUOUS_LIMIT: usize = 20;
@@ -30,12 +31,29 @@ macro_rules! select_tasks {
     };
 }
 
-type TaskColumns = (String, String, String, String);
+/// Decodes one row of [`select_tasks`].
+fn task_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<TaskRecord, StoreError>> {
+    let key: String = row.get(0)?;
+    let status: String = row.get(1)?;
+    let record: String = row.get(2)?;
+    let log: String = row.get(3)?;
+    Ok(decode_task(&key, &status, &record, &log))
+}
 
-fn decode_all(rows: Vec<TaskColumns>) -> Result<Vec<TaskRecord>, StoreError> {
-    rows.iter()
-        .map(|(key, status, record, log)| decode_task(key, status, record, log))
-        .collect()
+/// Runs a [`select_tasks`] query and decodes every row.
+fn tasks_of(
+    connection: &Connection,
+    sql: &str,
+    values: &[Value],
+    doing: &'static str,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    let mut select = connection.prepare_cached(sql).map_err(db(doing))?;
+    let rows = select
+        .query_map(params_from_iter(values), task_of)
+        .map_err(db(doing))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(db(doing))?;
+    rows.into_iter().collect()
 }
 
 /// The id keys starting with `hex` (lowercase hex digits): the half-open key range
@@ -57,202 +75,249 @@ fn as_id_prefix(reference: &str) -> Option<String> {
     plausible.then_some(hex)
 }
 
-impl SqliteStore {
-    pub(crate) async fn get_task(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        const DOING: &str = "reading a task";
-        let row: Option<TaskColumns> = sqlx::query_as(select_tasks!(" WHERE t.id = ?"))
-            .bind(id_key(id))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(DOING))?;
-        row.map(|(key, status, record, log)| decode_task(&key, &status, &record, &log))
-            .transpose()
-    }
-
-    /// A full id, then a unique id prefix, then a unique exact title. An id prefix that
-    /// matches nothing is tried as a title (titles can look like hex).
-    pub(crate) async fn resolve_reference(&self, reference: &str) -> Result<Resolved, StoreError> {
-        const DOING: &str = "resolving a task reference";
-        let reference = reference.trim();
-        if let Ok(uuid) = Uuid::try_parse(reference)
-            && let Some(task) = self.get_task(TaskId(uuid)).await?
-        {
-            return Ok(Resolved::Found(Box::new(task)));
-        }
-        if let Some(hex) = as_id_prefix(reference) {
-            let (from, to) = prefix_range(&hex);
-            let keys: Vec<String> = sqlx::query_scalar(
-                "SELECT id FROM tasks WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
-            )
-            .bind(from)
-            .bind(to)
-            .bind(ambiguity_probe())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(DOING))?;
-            if !keys.is_empty() {
-                return self.one_or_ambiguous(keys).await;
-            }
-        }
-        if reference.is_empty() {
-            return Ok(Resolved::NotFound);
-        }
-        let keys: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM tasks WHERE title = ? ORDER BY created_at, id LIMIT ?",
-        )
-        .bind(reference)
-        .bind(ambiguity_probe())
-        .fetch_all(&self.pool)
-        .await
+pub(crate) fn get_task(
+    connection: &Connection,
+    id: TaskId,
+) -> Result<Option<TaskRecord>, StoreError> {
+    const DOING: &str = "reading a task";
+    let mut select = connection
+        .prepare_cached(select_tasks!(" WHERE t.id = ?"))
         .map_err(db(DOING))?;
-        self.one_or_ambiguous(keys).await
-    }
+    select
+        .query_row([id_key(id)], task_of)
+        .optional()
+        .map_err(db(DOING))?
+        .transpose()
+}
 
-    async fn one_or_ambiguous(&self, keys: Vec<String>) -> Result<Resolved, StoreError> {
-        let ids = keys
-            .iter()
-            .map(|key| parse_id_key(key).ok_or_else(|| corrupt(key, "the id is not a uuid")))
-            .collect::<Result<Vec<_>, _>>()?;
-        match ids.as_slice() {
-            [] => Ok(Resolved::NotFound),
-            [id] => Ok(match self.get_task(*id).await? {
-                Some(task) => Resolved::Found(Box::new(task)),
-                None => Resolved::NotFound,
-            }),
-            _ => Ok(Resolved::Ambiguous(
-                ids.into_iter().take(AMBIGUOUS_LIMIT).collect(),
-            )),
+/// The id keys a query returns.
+fn keys_of(
+    connection: &Connection,
+    sql: &str,
+    values: &[Value],
+    doing: &'static str,
+) -> Result<Vec<String>, StoreError> {
+    let mut select = connection.prepare_cached(sql).map_err(db(doing))?;
+    select
+        .query_map(params_from_iter(values), |row| row.get(0))
+        .map_err(db(doing))?
+        .collect::<rusqlite::Result<Vec<String>>>()
+        .map_err(db(doing))
+}
+
+/// A full id, then a unique id prefix, then a unique exact title. An id prefix that matches
+/// nothing is tried as a title (titles can look like hex).
+pub(crate) fn resolve_reference(
+    connection: &Connection,
+    reference: &str,
+) -> Result<Resolved, StoreError> {
+    const DOING: &str = "resolving a task reference";
+    let reference = reference.trim();
+    if let Ok(uuid) = Uuid::try_parse(reference)
+        && let Some(task) = get_task(connection, TaskId(uuid))?
+    {
+        return Ok(Resolved::Found(Box::new(task)));
+    }
+    if let Some(hex) = as_id_prefix(reference) {
+        let (from, to) = prefix_range(&hex);
+        let keys = keys_of(
+            connection,
+            "SELECT id FROM tasks WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+            &[
+                Value::Text(from),
+                Value::Text(to),
+                Value::Integer(ambiguity_probe()),
+            ],
+            DOING,
+        )?;
+        if !keys.is_empty() {
+            return one_or_ambiguous(connection, &keys);
         }
     }
-
-    pub(crate) async fn list_tasks(
-        &self,
-        filter: &TaskFilter,
-    ) -> Result<Vec<TaskRecord>, StoreError> {
-        let mut query = QueryBuilder::<Sqlite>::new(select_tasks!(" WHERE 1 = 1"));
-        if let Some(owner) = &filter.owner {
-            query.push(" AND t.owner = ").push_bind(owner.to_string());
-        }
-        if let Some(requester) = &filter.requester {
-            query
-                .push(" AND t.requester = ")
-                .push_bind(requester.to_string());
-        }
-        if let Some(stream) = &filter.stream_id {
-            query
-                .push(" AND t.stream_id = ")
-                .push_bind(stream.as_str().to_owned());
-        }
-        if let Some(level) = filter.level {
-            query.push(" AND t.level = ").push_bind(level_text(level));
-        }
-        push_status_filter(&mut query, &filter.statuses);
-        query.push(" ORDER BY t.created_at DESC, t.id DESC");
-        if let Some(limit) = filter.limit {
-            query.push(" LIMIT ").push_bind(i64::from(limit));
-        }
-        let rows: Vec<TaskColumns> = query
-            .build_query_as()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db("listing tasks"))?;
-        decode_all(rows)
+    if reference.is_empty() {
+        return Ok(Resolved::NotFound);
     }
+    let keys = keys_of(
+        connection,
+        "SELECT id FROM tasks WHERE title = ? ORDER BY created_at, id LIMIT ?",
+        &[
+            Value::Text(reference.to_owned()),
+            Value::Integer(ambiguity_probe()),
+        ],
+        DOING,
+    )?;
+    one_or_ambiguous(connection, &keys)
+}
 
-    /// The figures of the caps on task creation, in one statement (each figure an index
-    /// lookup: the partial indexes of unfinished tasks per requester and per stream, and the
-    /// index of sub-tasks by the task that made them).
-    pub(crate) async fn count_tasks(
-        &self,
-        query: &CountQuery<'_>,
-    ) -> Result<TaskCounts, StoreError> {
-        macro_rules! unfinished {
-            () => {
-                "status IN ('scheduled', 'pending', 'running', 'waiting_input', 'paused')"
-            };
-        }
-        macro_rules! cron {
-            () => {
-                "json_extract(record, '$.trigger.kind') = 'cron'"
-            };
-        }
-        const SQL: &str = concat!(
-            "SELECT (SELECT count(*) FROM tasks WHERE requester = ? AND ",
-            unfinished!(),
-            "), (SELECT count(*) FROM tasks WHERE stream_id = ? AND ",
-            unfinished!(),
-            "), (SELECT count(*) FROM tasks WHERE requester = ? AND ",
-            unfinished!(),
-            " AND ",
-            cron!(),
-            "), (SELECT count(*) FROM tasks WHERE stream_id = ? AND ",
-            unfinished!(),
-            " AND ",
-            cron!(),
-            "), (SELECT count(*) FROM tasks WHERE created_by = ?)"
-        );
-        let requester = query.requester.map(ToString::to_string);
-        let stream = query.stream.as_str();
-        let created_by = query.created_by.map(id_key);
-        let (a, b, c, d, e): (i64, i64, i64, i64, i64) = sqlx::query_as(SQL)
-            .bind(&requester)
-            .bind(stream)
-            .bind(&requester)
-            .bind(stream)
-            .bind(&created_by)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db("counting tasks"))?;
-        let figure = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(TaskCounts {
-            unfinished_by_requester: figure(a),
-            unfinished_in_stream: figure(b),
-            recurring_by_requester: figure(c),
-            recurring_in_stream: figure(d),
-            children: figure(e),
-        })
+fn one_or_ambiguous(connection: &Connection, keys: &[String]) -> Result<Resolved, StoreError> {
+    let ids = keys
+        .iter()
+        .map(|key| parse_id_key(key).ok_or_else(|| corrupt(key, "the id is not a uuid")))
+        .collect::<Result<Vec<_>, _>>()?;
+    match ids.as_slice() {
+        [] => Ok(Resolved::NotFound),
+        [id] => Ok(match get_task(connection, *id)? {
+            Some(task) => Resolved::Found(Box::new(task)),
+            None => Resolved::NotFound,
+        }),
+        _ => Ok(Resolved::Ambiguous(
+            ids.into_iter().take(AMBIGUOUS_LIMIT).collect(),
+        )),
     }
+}
 
-    pub(crate) async fn list_active_tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
-        let active: Vec<TaskStatus> = TaskStatus::ALL
-            .into_iter()
-            .filter(|status| !status.is_terminal())
-            .collect();
-        let mut query = QueryBuilder::<Sqlite>::new(select_tasks!(" WHERE 1 = 1"));
-        push_status_filter(&mut query, &active);
-        query.push(" ORDER BY t.created_at, t.id");
-        let rows: Vec<TaskColumns> = query
-            .build_query_as()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db("listing active tasks"))?;
-        decode_all(rows)
+pub(crate) fn list_tasks(
+    connection: &Connection,
+    filter: &TaskFilter,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    let mut sql = String::from(select_tasks!(" WHERE 1 = 1"));
+    let mut values = Vec::new();
+    let mut condition = |column: &str, value: String| {
+        sql.push_str(" AND t.");
+        sql.push_str(column);
+        sql.push_str(" = ?");
+        values.push(Value::Text(value));
+    };
+    if let Some(owner) = &filter.owner {
+        condition("owner", owner.to_string());
     }
+    if let Some(requester) = &filter.requester {
+        condition("requester", requester.to_string());
+    }
+    if let Some(stream) = &filter.stream_id {
+        condition("stream_id", stream.as_str().to_owned());
+    }
+    if let Some(level) = filter.level {
+        condition("level", level_text(level).to_owned());
+    }
+    push_status_filter(&mut sql, &mut values, &filter.statuses);
+    sql.push_str(" ORDER BY t.created_at DESC, t.id DESC");
+    if let Some(limit) = filter.limit {
+        sql.push_str(" LIMIT ?");
+        values.push(Value::Integer(i64::from(limit)));
+    }
+    tasks_of(connection, &sql, &values, "listing tasks")
+}
 
-    /// The history of `id` from `from_seq` on; empty for a task that does not exist.
-    pub(crate) async fn read_history(
-        &self,
-        id: TaskId,
-        from_seq: u64,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
-        let Ok(from_seq) = i64::try_from(from_seq) else {
-            return Ok(Vec::new());
+/// The keys of a [`CountQuery`], owned (to travel to a reader's thread).
+#[derive(Debug)]
+pub(crate) struct CountKeys {
+    requester: Option<String>,
+    stream: String,
+    created_by: Option<String>,
+}
+
+impl CountKeys {
+    pub(crate) fn of(query: &CountQuery<'_>) -> Self {
+        CountKeys {
+            requester: query.requester.map(ToString::to_string),
+            stream: query.stream.as_str().to_owned(),
+            created_by: query.created_by.map(id_key),
+        }
+    }
+}
+
+/// The figures of the caps on task creation, in one statement (each figure an index lookup:
+/// the partial indexes of unfinished tasks per requester and per stream, and the index of
+/// sub-tasks by the task that made them).
+pub(crate) fn count_tasks(
+    connection: &Connection,
+    keys: &CountKeys,
+) -> Result<TaskCounts, StoreError> {
+    macro_rules! unfinished {
+        () => {
+            "status IN ('scheduled', 'pending', 'running', 'waiting_input', 'paused')"
         };
-        let rows: Vec<(i64, i64, String, String, String)> = sqlx::query_as(
+    }
+    macro_rules! cron {
+        () => {
+            "json_extract(record, '$.trigger.kind') = 'cron'"
+        };
+    }
+    const SQL: &str = concat!(
+        "SELECT (SELECT count(*) FROM tasks WHERE requester = ?1 AND ",
+        unfinished!(),
+        "), (SELECT count(*) FROM tasks WHERE stream_id = ?2 AND ",
+        unfinished!(),
+        "), (SELECT count(*) FROM tasks WHERE requester = ?1 AND ",
+        unfinished!(),
+        " AND ",
+        cron!(),
+        "), (SELECT count(*) FROM tasks WHERE stream_id = ?2 AND ",
+        unfinished!(),
+        " AND ",
+        cron!(),
+        "), (SELECT count(*) FROM tasks WHERE created_by = ?3)"
+    );
+    const DOING: &str = "counting tasks";
+    let mut select = connection.prepare_cached(SQL).map_err(db(DOING))?;
+    let figures: [i64; 5] = select
+        .query_row(
+            params![keys.requester, keys.stream, keys.created_by],
+            |row| {
+                Ok([
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ])
+            },
+        )
+        .map_err(db(DOING))?;
+    let figure = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(TaskCounts {
+        unfinished_by_requester: figure(figures[0]),
+        unfinished_in_stream: figure(figures[1]),
+        recurring_by_requester: figure(figures[2]),
+        recurring_in_stream: figure(figures[3]),
+        children: figure(figures[4]),
+    })
+}
+
+pub(crate) fn list_active_tasks(connection: &Connection) -> Result<Vec<TaskRecord>, StoreError> {
+    let active: Vec<TaskStatus> = TaskStatus::ALL
+        .into_iter()
+        .filter(|status| !status.is_terminal())
+        .collect();
+    let mut sql = String::from(select_tasks!(" WHERE 1 = 1"));
+    let mut values = Vec::new();
+    push_status_filter(&mut sql, &mut values, &active);
+    sql.push_str(" ORDER BY t.created_at, t.id");
+    tasks_of(connection, &sql, &values, "listing active tasks")
+}
+
+/// The history of `id` from `from_seq` on; empty for a task that does not exist.
+pub(crate) fn read_history(
+    connection: &Connection,
+    id: TaskId,
+    from_seq: u64,
+) -> Result<Vec<HistoryEntry>, StoreError> {
+    const DOING: &str = "reading task history";
+    let Ok(from_seq) = i64::try_from(from_seq) else {
+        return Ok(Vec::new());
+    };
+    let mut select = connection
+        .prepare_cached(
             "SELECT seq, round, kind, payload, at FROM task_history \
              WHERE task_id = ? AND seq >= ? ORDER BY seq",
         )
-        .bind(id_key(id))
-        .bind(from_seq)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db("reading task history"))?;
-        rows.iter()
-            .map(|(seq, round, kind, payload, at)| {
-                decode_history(id, *seq, *round, kind, payload, at)
-            })
-            .collect()
-    }
+        .map_err(db(DOING))?;
+    let rows = select
+        .query_map(params![id_key(id), from_seq], |row| {
+            Ok(decode_history(
+                id,
+                row.get(0)?,
+                row.get(1)?,
+                &row.get::<_, String>(2)?,
+                &row.get::<_, String>(3)?,
+                &row.get::<_, String>(4)?,
+            ))
+        })
+        .map_err(db(DOING))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(db(DOING))?;
+    rows.into_iter().collect()
 }
 
 /// One more than [`AMBIGUOUS_LIMIT`] is enough to know a reference is ambiguous.
@@ -260,14 +325,14 @@ fn ambiguity_probe() -> i64 {
     i64::try_from(AMBIGUOUS_LIMIT + 1).unwrap_or(i64::MAX)
 }
 
-fn push_status_filter(query: &mut QueryBuilder<Sqlite>, statuses: &[TaskStatus]) {
+fn push_status_filter(sql: &mut String, values: &mut Vec<Value>, statuses: &[TaskStatus]) {
     if statuses.is_empty() {
         return;
     }
-    query.push(" AND t.status IN (");
-    let mut list = query.separated(", ");
-    for status in statuses {
-        list.push_bind(status.as_str());
+    sql.push_str(" AND t.status IN (");
+    for (n, status) in statuses.iter().enumerate() {
+        sql.push_str(if n == 0 { "?" } else { ", ?" });
+        values.push(Value::Text(status.as_str().to_owned()));
     }
-    list.push_unseparated(")");
+    sql.push(')');
 }

@@ -1,9 +1,9 @@
-//! Appending to a task's status log inside a write transaction: which lines of a record's log
-//! the store lacks, and inserting them. Lines are only ever added, never changed or removed.
+//! Appending to a task's status log inside a write transaction (on the writer's thread): which
+//! lines of a record's log the store lacks, and inserting them. Lines are only ever added,
+//! never changed or removed.
 
 use mai_core::store::StoreError;
-use mai_core::task::StatusChange;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use rusqlite::{Connection, params};
 
 use crate::codec::LogLine;
 use crate::error::{corrupt, db};
@@ -45,84 +45,80 @@ impl StoredTail {
 /// whose log diverged from the stored one (its status went A→B→A meanwhile): then the lines
 /// from the first difference on are this writer's own and are appended after the stored ones,
 /// so the stored log stays append-only and ends with the status just written.
-pub(crate) async fn append_new_log_lines(
-    tx: &mut SqliteConnection,
+pub(crate) fn append_new_log_lines(
+    connection: &Connection,
     key: &str,
     stored: StoredTail,
-    log: &[StatusChange],
+    log: &[LogLine],
     doing: &'static str,
 ) -> Result<(), StoreError> {
     let extends_stored = match (stored.len.checked_sub(1), &stored.last) {
-        (Some(last_index), Some(last)) => log
-            .get(last_index)
-            .is_some_and(|line| LogLine::encode(line) == *last),
+        (Some(last_index), Some(last)) => log.get(last_index) == Some(last),
         _ => true,
     };
     let first_new = if extends_stored {
         stored.len
     } else {
-        first_difference(tx, key, log, doing).await?
+        first_difference(connection, key, log).map_err(db(doing))?
     };
     let new_lines = log.get(first_new..).unwrap_or_default();
-    insert_log_lines(tx, key, stored.len, new_lines, doing).await
+    insert_log_lines(connection, key, stored.len, new_lines, doing)
 }
 
 /// The index of the first line of `log` that differs from the stored log (or that the stored
 /// log does not have).
-async fn first_difference(
-    tx: &mut SqliteConnection,
+fn first_difference(
+    connection: &Connection,
     key: &str,
-    log: &[StatusChange],
-    doing: &'static str,
-) -> Result<usize, StoreError> {
-    let stored: Vec<(String, String, String, String)> = sqlx::query_as(
+    log: &[LogLine],
+) -> rusqlite::Result<usize> {
+    let mut select = connection.prepare_cached(
         "SELECT at, status, actor, reason FROM task_status_log WHERE task_id = ? ORDER BY seq",
-    )
-    .bind(key)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(db(doing))?;
+    )?;
+    let stored = select
+        .query_map([key], |row| {
+            Ok(LogLine {
+                at: row.get(0)?,
+                status: row.get(1)?,
+                actor: row.get(2)?,
+                reason: row.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     let differs = log
         .iter()
         .zip(&stored)
-        .position(|(line, (at, status, actor, reason))| {
-            let line = LogLine::encode(line);
-            (&line.at, &line.status, &line.actor, &line.reason) != (at, status, actor, reason)
-        });
+        .position(|(line, stored)| line != stored);
     Ok(differs.unwrap_or(log.len().min(stored.len())))
 }
 
-/// Rows per multi-row insert: 6 parameters each stays far below SQLite's parameter limit.
-pub(crate) const ROWS_PER_INSERT: usize = 500;
-
-/// Inserts `lines` as log rows numbered from `first_seq` (one statement per
-/// [`ROWS_PER_INSERT`] lines).
-pub(crate) async fn insert_log_lines(
-    tx: &mut SqliteConnection,
+/// Inserts `lines` as log rows numbered from `first_seq`.
+pub(crate) fn insert_log_lines(
+    connection: &Connection,
     key: &str,
     first_seq: usize,
-    lines: &[StatusChange],
+    lines: &[LogLine],
     doing: &'static str,
 ) -> Result<(), StoreError> {
     let first_seq =
         i64::try_from(first_seq).map_err(|_| corrupt(key, "the status log is too long"))?;
-    let numbered: Vec<(i64, LogLine)> = (first_seq..)
-        .zip(lines.iter().map(LogLine::encode))
-        .collect();
-    for chunk in numbered.chunks(ROWS_PER_INSERT) {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) ",
-        );
-        insert.push_values(chunk, |mut values, (seq, line)| {
-            values
-                .push_bind(key)
-                .push_bind(*seq)
-                .push_bind(line.at.as_str())
-                .push_bind(line.status.as_str())
-                .push_bind(line.actor.as_str())
-                .push_bind(line.reason.as_str());
-        });
-        insert.build().execute(&mut *tx).await.map_err(db(doing))?;
+    let mut insert = connection
+        .prepare_cached(
+            "INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .map_err(db(doing))?;
+    for (seq, line) in (first_seq..).zip(lines) {
+        insert
+            .execute(params![
+                key,
+                seq,
+                line.at,
+                line.status,
+                line.actor,
+                line.reason
+            ])
+            .map_err(db(doing))?;
     }
     Ok(())
 }

@@ -1,24 +1,21 @@
-//! The write transactions: insert, compare-and-set save/checkpoint, history append.
+//! The write transactions' statements: insert, compare-and-set save/checkpoint, history
+//! append. They run on the writer's thread inside the transaction the writer opened (`BEGIN
+//! IMMEDIATE`: the write lock is held before anything is read, so "read the stored status,
+//! then write" is one atomic step); returning an error undoes everything the write did.
 //!
-//! Every write transaction starts with `BEGIN IMMEDIATE`, so it holds SQLite's write lock before
-//! it reads anything: a deferred transaction that reads and then writes can fail with
-//! `SQLITE_BUSY` when another writer committed in between, and busy_timeout cannot help it.
-//! Holding the lock also makes "read the stored status, then write" one atomic step.
+//! Values are encoded before they reach the writer ([`Encoded`]), so its thread only runs SQL.
 
-use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
-use mai_core::task::{TaskId, TaskRecord, TaskStatus};
-use sqlx::{Sqlite, SqliteConnection, Transaction};
-use tokio::sync::MutexGuard;
+use mai_core::store::{SaveOutcome, StoreError, TaskWrite};
+use mai_core::task::{TaskId, TaskStatus};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::agent_history::{HistoryRow, encode_history, insert_history};
-use crate::codec::{TaskRow, id_key, parse_status};
+use crate::codec::{LogLine, TaskRow, parse_status};
 use crate::error::{db, is_unique_violation};
-use crate::one_trip::{Head, NewRow, SaveRows, Unit};
-use crate::sqlite::SqliteStore;
 use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
 
-/// What every update returns, saving round trips to the connection: the stored status-log
-/// tail as JSON `[seq, at, status, actor, reason]` (NULL when empty) and the next history number.
+/// What every update returns, saving a query: the stored status-log tail as JSON `[seq, at,
+/// status, actor, reason]` (NULL when empty) and the next history number.
 macro_rules! returning_tails {
     () => {
         " RETURNING \
@@ -54,279 +51,275 @@ const UPDATE_ALL: &str = update_all!("");
 /// The row returned by an update: see [`returning_tails`].
 type Tails = (Option<String>, i64);
 
-/// This process's write turn and the open `BEGIN IMMEDIATE` transaction; the turn is released
-/// when the pair is dropped, after the transaction ends.
-type WriteTurn<'a> = (MutexGuard<'a, ()>, Transaction<'static, Sqlite>);
+/// Why a group of writes wrote nothing.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A compare-and-set expectation did not hold.
+    Conflict(SaveOutcome),
+    /// A cap on task creation refused the insert (the reason, for the caller).
+    Refused(String),
+    Store(StoreError),
+}
 
-impl SqliteStore {
-    /// Takes this process's write turn, then SQLite's write lock.
-    async fn begin_write(&self, doing: &'static str) -> Result<WriteTurn<'_>, StoreError> {
-        let turn = self.write_gate.lock().await;
-        let tx = self.begin_immediate(doing).await?;
-        Ok((turn, tx))
-    }
-
-    /// SQLite's write lock, for a caller that holds the write turn.
-    async fn begin_immediate(
-        &self,
-        doing: &'static str,
-    ) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db(doing))
-    }
-
-    pub(crate) async fn insert_task(&self, task: &TaskRecord) -> Result<(), StoreError> {
-        const DOING: &str = "inserting a task";
-        let unit = Unit {
-            head: Head::Insert(NewRow::encode(task)?),
-            inserts: Vec::new(),
-        };
-        if unit.fits() && self.commit_unit(unit, DOING).await? {
-            return Ok(());
-        }
-        let (_turn, mut tx) = self.begin_write(DOING).await?;
-        if !insert_in(&mut tx, task, DOING).await? {
-            return Err(StoreError::Duplicate(task.id));
-        }
-        tx.commit().await.map_err(db(DOING))
-    }
-
-    /// `save`, `checkpoint` and `write`: the writes in one transaction, all or nothing.
-    pub(crate) async fn write_all(
-        &self,
-        writes: &[TaskWrite<'_>],
-        doing: &'static str,
-    ) -> Result<SaveOutcome, StoreError> {
-        // The usual case goes through the group commit; anything else (conflicts included)
-        // below.
-        if let Some(unit) = one_trip_unit(writes)?
-            && unit.fits()
-            && self.commit_unit(unit, doing).await?
-        {
-            return Ok(SaveOutcome::Saved);
-        }
-        let (_turn, mut tx) = self.begin_write(doing).await?;
-        for write in writes {
-            match *write {
-                TaskWrite::InsertIfAbsent(task) => {
-                    insert_in(&mut tx, task, doing).await?;
-                }
-                TaskWrite::Save {
-                    task,
-                    expected,
-                    expected_question,
-                    history,
-                } => {
-                    let history = encode_history(task.id, history)?;
-                    if let Some(conflict) =
-                        save_in(&mut tx, task, expected, expected_question, &history, doing).await?
-                    {
-                        tx.rollback().await.map_err(db(doing))?;
-                        return Ok(conflict);
-                    }
-                }
-            }
-        }
-        tx.commit().await.map_err(db(doing))?;
-        Ok(SaveOutcome::Saved)
-    }
-
-    pub(crate) async fn append_history_only(
-        &self,
-        id: TaskId,
-        entries: &[NewHistoryEntry],
-    ) -> Result<(), StoreError> {
-        const DOING: &str = "appending task history";
-        let key = id_key(id);
-        let history = encode_history(id, entries)?;
-        let (_turn, mut tx) = self.begin_write(DOING).await?;
-        let next_seq: Option<i64> = sqlx::query_scalar(
-            "SELECT (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h \
-             WHERE h.task_id = tasks.id) FROM tasks WHERE id = ?",
-        )
-        .bind(&key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db(DOING))?;
-        let Some(next_seq) = next_seq else {
-            return Err(StoreError::NotFound(id));
-        };
-        insert_history(&mut tx, &key, next_seq, &history, DOING).await?;
-        tx.commit().await.map_err(db(DOING))
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Failure::Store(error)
     }
 }
 
-/// The writes as one group-commit unit, when they have its shape: a compare-and-set save or an
-/// insert first, then only inserts. `None`: take the general path.
-fn one_trip_unit(writes: &[TaskWrite<'_>]) -> Result<Option<Unit>, StoreError> {
-    let Some((first, rest)) = writes.split_first() else {
-        return Ok(None);
-    };
-    let head = match *first {
-        TaskWrite::InsertIfAbsent(task) => Head::Insert(NewRow::encode(task)?),
-        TaskWrite::Save {
-            task,
-            expected,
-            expected_question,
-            history,
-        } => {
-            let row = TaskRow::encode(task)?;
-            let history = encode_history(task.id, history)?;
-            match SaveRows::encode(task, row, expected, expected_question, history) {
-                Some(save) => Head::Save(save),
-                None => return Ok(None),
-            }
-        }
-    };
-    let mut inserts = Vec::with_capacity(rest.len());
-    for write in rest {
-        match *write {
-            TaskWrite::InsertIfAbsent(task) => inserts.push(NewRow::encode(task)?),
-            TaskWrite::Save { .. } => return Ok(None),
-        }
-    }
-    Ok(Some(Unit { head, inserts }))
+/// A new task as rows.
+#[derive(Debug)]
+pub(crate) struct NewRow {
+    row: TaskRow,
+    log: Vec<LogLine>,
 }
 
-/// Inserts `task` and its log inside `tx`; `false` if a task with its id exists (nothing
-/// written).
-async fn insert_in(
-    tx: &mut SqliteConnection,
-    task: &TaskRecord,
+impl NewRow {
+    pub(crate) fn encode(task: &mai_core::task::TaskRecord) -> Result<Self, StoreError> {
+        Ok(NewRow {
+            row: TaskRow::encode(task)?,
+            log: task.status_log.iter().map(LogLine::encode).collect(),
+        })
+    }
+}
+
+/// A compare-and-set save as rows.
+#[derive(Debug)]
+pub(crate) struct SaveRows {
+    id: TaskId,
+    row: TaskRow,
+    expected: Option<TaskStatus>,
+    /// The waiting question the stored task must still be on (`metadata.waiting.call_id`).
+    question: Option<String>,
+    /// The record's whole status log.
+    log: Vec<LogLine>,
+    history: Vec<HistoryRow>,
+}
+
+/// One [`TaskWrite`], encoded.
+#[derive(Debug)]
+pub(crate) enum Encoded {
+    InsertIfAbsent(NewRow),
+    Save(SaveRows),
+}
+
+impl Encoded {
+    pub(crate) fn encode(write: &TaskWrite<'_>) -> Result<Self, StoreError> {
+        Ok(match *write {
+            TaskWrite::InsertIfAbsent(task) => Encoded::InsertIfAbsent(NewRow::encode(task)?),
+            TaskWrite::Save {
+                task,
+                expected,
+                expected_question,
+                history,
+            } => Encoded::Save(SaveRows {
+                id: task.id,
+                row: TaskRow::encode(task)?,
+                expected,
+                question: expected_question.map(str::to_owned),
+                log: task.status_log.iter().map(LogLine::encode).collect(),
+                history: encode_history(task.id, history)?,
+            }),
+        })
+    }
+}
+
+/// `save`, `checkpoint` and `write`: the writes, all or nothing (an `Err` undoes them).
+pub(crate) fn write_all(
+    connection: &Connection,
+    writes: &[Encoded],
     doing: &'static str,
-) -> Result<bool, StoreError> {
-    let row = TaskRow::encode(task)?;
-    let inserted = sqlx::query(
-        "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-         record, requester, created_by, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&row.title)
-    .bind(&row.owner)
-    .bind(&row.stream_id)
-    .bind(row.status)
-    .bind(row.level)
-    .bind(&row.created_at)
-    .bind(&row.updated_at)
-    .bind(&row.record)
-    .bind(&row.requester)
-    .bind(&row.created_by)
-    .bind(&row.id)
-    .execute(&mut *tx)
-    .await;
+) -> Result<(), Failure> {
+    for write in writes {
+        match write {
+            Encoded::InsertIfAbsent(new) => {
+                insert(connection, new, doing)?;
+            }
+            Encoded::Save(save) => {
+                if let Some(conflict) = save_in(connection, save, doing)? {
+                    return Err(Failure::Conflict(conflict));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Inserts a task that must not exist yet.
+pub(crate) fn insert_new(
+    connection: &Connection,
+    new: &NewRow,
+    id: TaskId,
+    doing: &'static str,
+) -> Result<(), StoreError> {
+    if insert(connection, new, doing)? {
+        Ok(())
+    } else {
+        Err(StoreError::Duplicate(id))
+    }
+}
+
+/// Inserts `new` and its log; `false` if a task with its id exists (nothing written).
+fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<bool, StoreError> {
+    let row = &new.row;
+    let inserted = connection
+        .prepare_cached(
+            "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
+             record, requester, created_by, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .and_then(|mut insert| {
+            insert.execute(params![
+                row.title,
+                row.owner,
+                row.stream_id,
+                row.status,
+                row.level,
+                row.created_at,
+                row.updated_at,
+                row.record,
+                row.requester,
+                row.created_by,
+                row.id,
+            ])
+        });
     match inserted {
         Err(error) if is_unique_violation(&error) => return Ok(false),
         other => other.map_err(db(doing))?,
     };
-    insert_log_lines(tx, &row.id, 0, &task.status_log, doing).await?;
+    insert_log_lines(connection, &row.id, 0, &new.log, doing)?;
     Ok(true)
 }
 
-/// The general compare-and-set save inside `tx` (which holds the write lock): the update, the
-/// status-log lines the store lacks and `history`. `Some(conflict)` when an expectation did not
-/// hold; the caller rolls back.
-async fn save_in(
-    tx: &mut SqliteConnection,
-    task: &TaskRecord,
-    expected: Option<TaskStatus>,
-    expected_question: Option<&str>,
-    history: &[HistoryRow],
+/// The compare-and-set save: the update, the status-log lines the store lacks and the
+/// history. `Some(conflict)` when an expectation did not hold (the caller undoes the write).
+fn save_in(
+    connection: &Connection,
+    save: &SaveRows,
     doing: &'static str,
 ) -> Result<Option<SaveOutcome>, StoreError> {
-    let row = TaskRow::encode(task)?;
+    let row = &save.row;
     let conflict = |actual: String| -> Result<Option<SaveOutcome>, StoreError> {
         Ok(Some(SaveOutcome::Conflict {
             actual: parse_status(&row.id, &actual)?,
         }))
     };
-    if let Some(question) = expected_question {
-        // The write lock is held, so this check and the update below are one atomic step.
-        let stored: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT status, json_extract(record, '$.metadata.waiting.call_id') FROM tasks \
-             WHERE id = ?",
-        )
-        .bind(&row.id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db(doing))?;
+    if let Some(question) = &save.question {
+        let stored: Option<(String, Option<String>)> = connection
+            .prepare_cached(
+                "SELECT status, json_extract(record, '$.metadata.waiting.call_id') FROM tasks \
+                 WHERE id = ?",
+            )
+            .and_then(|mut select| {
+                select
+                    .query_row([&row.id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(db(doing))?;
         match stored {
-            None => return Err(StoreError::NotFound(task.id)),
+            None => return Err(StoreError::NotFound(save.id)),
             Some((actual, call)) if call.as_deref() != Some(question) => return conflict(actual),
             Some(_) => {}
         }
     }
     let mut updated = None;
-    if expected.is_none_or(|expected| expected == task.status) {
-        updated = update_unindexed(tx, &row, doing).await?;
+    if save
+        .expected
+        .is_none_or(|expected| expected.as_str() == row.status)
+    {
+        updated = update_unindexed(connection, row).map_err(db(doing))?;
     }
     if updated.is_none() {
-        updated = update_all(tx, &row, expected, doing).await?;
+        updated = update_all(connection, row, save.expected).map_err(db(doing))?;
     }
     let Some((log_tail, next_history_seq)) = updated else {
-        let actual: Option<String> = sqlx::query_scalar("SELECT status FROM tasks WHERE id = ?")
-            .bind(&row.id)
-            .fetch_optional(&mut *tx)
-            .await
+        let actual: Option<String> = connection
+            .prepare_cached("SELECT status FROM tasks WHERE id = ?")
+            .and_then(|mut select| select.query_row([&row.id], |r| r.get(0)).optional())
             .map_err(db(doing))?;
         return match actual {
-            None => Err(StoreError::NotFound(task.id)),
+            None => Err(StoreError::NotFound(save.id)),
             Some(actual) => conflict(actual),
         };
     };
     let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
-    append_new_log_lines(tx, &row.id, tail, &task.status_log, doing).await?;
-    insert_history(tx, &row.id, next_history_seq, history, doing).await?;
+    append_new_log_lines(connection, &row.id, tail, &save.log, doing)?;
+    insert_history(connection, &row.id, next_history_seq, &save.history, doing)?;
     Ok(None)
 }
 
 /// [`UPDATE_UNINDEXED`]: `None` when the row does not match (another status, another indexed
 /// value, or no such task).
-async fn update_unindexed(
-    tx: &mut SqliteConnection,
-    row: &TaskRow,
-    doing: &'static str,
-) -> Result<Option<Tails>, StoreError> {
-    sqlx::query_as(UPDATE_UNINDEXED)
-        .bind(&row.updated_at)
-        .bind(&row.record)
-        .bind(&row.id)
-        .bind(row.status)
-        .bind(&row.title)
-        .bind(&row.owner)
-        .bind(&row.stream_id)
-        .bind(row.level)
-        .bind(&row.created_at)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db(doing))
+fn update_unindexed(connection: &Connection, row: &TaskRow) -> rusqlite::Result<Option<Tails>> {
+    let mut update = connection.prepare_cached(UPDATE_UNINDEXED)?;
+    update
+        .query_row(
+            params![
+                row.updated_at,
+                row.record,
+                row.id,
+                row.status,
+                row.title,
+                row.owner,
+                row.stream_id,
+                row.level,
+                row.created_at,
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
 }
 
 /// The full compare-and-set update: `None` when the stored status is not `expected` or there
 /// is no such task.
-async fn update_all(
-    tx: &mut SqliteConnection,
+fn update_all(
+    connection: &Connection,
     row: &TaskRow,
     expected: Option<TaskStatus>,
-    doing: &'static str,
-) -> Result<Option<Tails>, StoreError> {
-    let statement = if expected.is_some() {
-        UPDATE_ALL_IF_STATUS
-    } else {
-        UPDATE_ALL
-    };
-    let mut update = sqlx::query_as(statement)
-        .bind(&row.title)
-        .bind(&row.owner)
-        .bind(&row.stream_id)
-        .bind(row.status)
-        .bind(row.level)
-        .bind(&row.created_at)
-        .bind(&row.updated_at)
-        .bind(&row.record)
-        .bind(&row.id);
-    if let Some(expected) = expected {
-        update = update.bind(expected.as_str());
+) -> rusqlite::Result<Option<Tails>> {
+    let tails = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+    let columns = params![
+        row.title,
+        row.owner,
+        row.stream_id,
+        row.status,
+        row.level,
+        row.created_at,
+        row.updated_at,
+        row.record,
+        row.id,
+    ];
+    match expected {
+        Some(expected) => {
+            let mut all: Vec<&dyn rusqlite::ToSql> = columns.to_vec();
+            let expected = expected.as_str();
+            all.push(&expected);
+            let mut update = connection.prepare_cached(UPDATE_ALL_IF_STATUS)?;
+            update.query_row(all.as_slice(), tails).optional()
+        }
+        None => {
+            let mut update = connection.prepare_cached(UPDATE_ALL)?;
+            update.query_row(columns, tails).optional()
+        }
     }
-    update.fetch_optional(&mut *tx).await.map_err(db(doing))
+}
+
+/// Appends history to an existing task.
+pub(crate) fn append_history(
+    connection: &Connection,
+    id: TaskId,
+    history: &[HistoryRow],
+    doing: &'static str,
+) -> Result<(), StoreError> {
+    let key = crate::codec::id_key(id);
+    let next_seq: Option<i64> = connection
+        .prepare_cached(
+            "SELECT (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h \
+             WHERE h.task_id = tasks.id) FROM tasks WHERE id = ?",
+        )
+        .and_then(|mut select| select.query_row([&key], |r| r.get(0)).optional())
+        .map_err(db(doing))?;
+    let Some(next_seq) = next_seq else {
+        return Err(StoreError::NotFound(id));
+    };
+    insert_history(connection, &key, next_seq, history, doing)
 }

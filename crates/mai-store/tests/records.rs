@@ -8,8 +8,6 @@ use common::{at, file_store, owner, stream, task};
 use mai_core::store::{SaveOutcome, StoreError, TaskStore};
 use mai_core::task::{PauseCause, TaskId, TaskLevel, TaskStatus, Trigger};
 use mai_store::SqliteStore;
-use sqlx::Connection;
-use sqlx::sqlite::SqliteConnection;
 
 fn full_record() -> mai_core::task::TaskRecord {
     let mut task = task("disk \"usage\" — 磁盘 🚀", 0);
@@ -164,16 +162,13 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     let task = task("kept", 0);
     fs.store.insert(&task).await.unwrap();
     fs.store.close().await;
-    let url = format!("sqlite://{}", fs.path().display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query(
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    conn.execute_batch(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (7, 'from the future', 1, x'00', 0)",
     )
-    .execute(&mut conn)
-    .await
     .unwrap();
-    conn.close().await.unwrap();
+    drop(conn);
 
     let error = SqliteStore::open(fs.path()).await.unwrap_err();
     let message = error.to_string();
@@ -196,13 +191,10 @@ async fn a_corrupt_row_is_reported_naming_the_task() {
     let bad = task("bad", 1);
     fs.store.insert(&good).await.unwrap();
     fs.store.insert(&bad).await.unwrap();
-    let url = format!("sqlite://{}", fs.path().display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query("UPDATE tasks SET record = '{\"not\": \"a task\"}' WHERE title = 'bad'")
-        .execute(&mut conn)
-        .await
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    conn.execute_batch("UPDATE tasks SET record = '{\"not\": \"a task\"}' WHERE title = 'bad'")
         .unwrap();
-    conn.close().await.unwrap();
+    drop(conn);
 
     assert_eq!(fs.store.get(good.id).await.unwrap(), Some(good.clone()));
     for error in [
@@ -223,14 +215,12 @@ async fn the_status_log_cannot_be_rewritten_even_by_hand() {
     let fs = file_store().await;
     let task = task("logged", 0);
     fs.store.insert(&task).await.unwrap();
-    let url = format!("sqlite://{}", fs.path().display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
-    let error = sqlx::query("UPDATE task_status_log SET reason = 'rewritten'")
-        .execute(&mut conn)
-        .await
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    let error = conn
+        .execute_batch("UPDATE task_status_log SET reason = 'rewritten'")
         .unwrap_err();
     assert!(error.to_string().contains("append-only"), "{error}");
-    conn.close().await.unwrap();
+    drop(conn);
     assert_eq!(fs.store.get(task.id).await.unwrap(), Some(task));
 }
 

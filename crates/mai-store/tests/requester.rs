@@ -10,7 +10,6 @@ use mai_core::ids::PersonId;
 use mai_core::store::{CountQuery, TaskCounts, TaskFilter, TaskStore, TaskWrite};
 use mai_core::task::{TaskRecord, TaskStatus, Trigger};
 use mai_store::SqliteStore;
-use sqlx::{Connection, SqliteConnection};
 
 fn person(text: &str) -> PersonId {
     text.parse().unwrap()
@@ -151,8 +150,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
     }
     fs.store.close().await;
     // Back to schema version 2: the columns and the record of their migration gone.
-    let url = format!("sqlite://{}", fs.path().display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
     for statement in [
         "DROP INDEX tasks_by_requester",
         "DROP INDEX tasks_by_created_by",
@@ -162,9 +160,9 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
         "ALTER TABLE tasks DROP COLUMN created_by",
         "DELETE FROM _sqlx_migrations WHERE version = 3",
     ] {
-        sqlx::query(statement).execute(&mut conn).await.unwrap();
+        conn.execute_batch(statement).unwrap();
     }
-    conn.close().await.unwrap();
+    drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), 3);

@@ -345,6 +345,19 @@ pub struct PluginApiConfig {
 pub struct StorageConfig {
     /// A database URL; default: `sqlite://<data_dir>/mai-agent.db`.
     pub url: Option<String>,
+    /// How durable each commit is: `normal` (default; survives a crash of the process) or
+    /// `full` (synced to disk before it returns; survives a power loss too, at the cost of one
+    /// sync per commit).
+    pub synchronous: SyncMode,
+}
+
+/// `[storage] synchronous`: SQLite's `synchronous` setting for the database file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    #[default]
+    Normal,
+    Full,
 }
 
 /// `[prompts]`: where prompt templates may be overridden.

@@ -239,6 +239,19 @@ impl TaskStore for TimedStore {
             .time("store.insert", self.inner.insert(task))
             .await
     }
+    async fn insert_admitted(
+        &self,
+        task: &TaskRecord,
+        query: &mai_core::store::CountQuery<'_>,
+        admit: mai_core::store::Admit,
+    ) -> Result<Result<(), String>, StoreError> {
+        self.timings
+            .time(
+                "store.insert_admitted",
+                self.inner.insert_admitted(task, query, admit),
+            )
+            .await
+    }
     async fn save(
         &self,
         task: &TaskRecord,

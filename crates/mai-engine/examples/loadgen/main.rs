@@ -16,6 +16,8 @@
 //! polish off; (b) does neither, as the original's benchmark makes both model calls.
 //! `--instant-model` (with `http`) swaps the HTTP model for an in-process instant one: the
 //! figure then is the engine and store alone, the ceiling (b) could reach with free model calls.
+//! `--sync-full` opens every database with `synchronous = FULL` (a disk sync per commit, as the
+//! original's SQLite does).
 //! `--breakdown` (after the workload) wraps the store and the model in timing wrappers and
 //! prints where the wall time went: calls, mean and total per store operation and model call.
 //!
@@ -39,7 +41,7 @@ use std::sync::Arc;
 use mai_core::model::ChatModel;
 use mai_engine::CreateTask;
 use mai_engine::Engine;
-use mai_store::SqliteStore;
+use mai_store::{SqliteOptions, SqliteStore, Synchronous};
 use support::{NullHost, TimedModel, TimedStore, Timings};
 
 /// The allocator the `mai-agent` binary ships with, so figures are the product's.
@@ -54,6 +56,8 @@ pub struct Options {
     pub instant_model: bool,
     /// `--breakdown`: every engine's store and model are timed into these.
     pub timings: Option<Arc<Timings>>,
+    /// `--sync-full`: every commit is synced to disk (`[storage] synchronous = "full"`).
+    pub sync_full: bool,
 }
 
 /// Removes `flag` from `args`; whether it was there.
@@ -71,6 +75,7 @@ async fn main() {
     let options = Options {
         timings: take_flag(&mut args, "--breakdown").then(|| Arc::new(Timings::default())),
         instant_model: take_flag(&mut args, "--instant-model"),
+        sync_full: take_flag(&mut args, "--sync-full"),
     };
     let workload = args.first().map_or("all", String::as_str);
     let count = args.get(1).map(|n| n.parse::<usize>().expect("a count"));
@@ -111,7 +116,15 @@ pub async fn build(
     model: Arc<dyn ChatModel>,
     host: Arc<NullHost>,
 ) -> Arc<Engine> {
-    let store = SqliteStore::open(dir.path().join("tasks.db"))
+    let sqlite = SqliteOptions {
+        synchronous: if options.sync_full {
+            Synchronous::Full
+        } else {
+            Synchronous::Normal
+        },
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(dir.path().join("tasks.db"), &sqlite)
         .await
         .unwrap();
     match &options.timings {

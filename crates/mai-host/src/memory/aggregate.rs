@@ -1,8 +1,10 @@
 //! The `aggregate` mode: counts of the matches per person and per day, not the messages.
 
 use mai_core::host::{HostError, MemoryQuery};
+use rusqlite::Connection;
 use serde_json::{Value, json};
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+
+use crate::sql::Query;
 
 use super::matches::push_filtered_messages;
 use super::{ACTION, Scope, time_text};
@@ -15,22 +17,18 @@ const PERSON_JOINS: &str = " LEFT JOIN host_accounts a ON m.is_bot = 0 \
      AND a.platform = s.platform AND a.user_id = m.user_id \
      LEFT JOIN host_persons p ON p.person_id = a.person_id";
 
-pub(crate) async fn aggregate(
-    conn: &mut SqliteConnection,
+pub(crate) fn aggregate(
+    conn: &Connection,
     query: &MemoryQuery,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Value, HostError> {
-    let mut qb = QueryBuilder::<Sqlite>::new("SELECT COUNT(*), MIN(m.at), MAX(m.at)");
+    let mut qb = Query::new("SELECT COUNT(*), MIN(m.at), MAX(m.at)");
     push_filtered_messages(&mut qb, text, scope, "");
-    let (total, first, last): (i64, Option<i64>, Option<i64>) = qb
-        .build_query_as()
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
+    let (total, first, last): (i64, Option<i64>, Option<i64>) = qb.one(conn).map_err(db(ACTION))?;
 
-    let mut qb = QueryBuilder::<Sqlite>::new(
+    let mut qb = Query::new(
         "SELECT CASE WHEN m.is_bot THEN m.sender_name ELSE COALESCE(p.name, m.sender_name) END \
          AS who, m.is_bot, COUNT(*) AS n",
     );
@@ -41,22 +39,13 @@ pub(crate) async fn aggregate(
          ORDER BY n DESC, who LIMIT ",
     );
     qb.push_bind(sql_limit(limit));
-    let people: Vec<(String, bool, i64)> = qb
-        .build_query_as()
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
+    let people: Vec<(String, bool, i64)> = qb.all(conn).map_err(db(ACTION))?;
 
-    let mut qb =
-        QueryBuilder::<Sqlite>::new("SELECT date(m.at / 1000, 'unixepoch') AS day, COUNT(*) AS n");
+    let mut qb = Query::new("SELECT date(m.at / 1000, 'unixepoch') AS day, COUNT(*) AS n");
     push_filtered_messages(&mut qb, text, scope, "");
     qb.push(" GROUP BY day ORDER BY day DESC LIMIT ");
     qb.push_bind(sql_limit(limit));
-    let mut days: Vec<(String, i64)> = qb
-        .build_query_as()
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
+    let mut days: Vec<(String, i64)> = qb.all(conn).map_err(db(ACTION))?;
     days.reverse();
 
     Ok(json!({

@@ -3,8 +3,10 @@
 use std::collections::HashSet;
 
 use mai_core::host::{HostError, MemoryQuery};
+use rusqlite::Connection;
 use serde_json::{Value, json};
-use sqlx::SqliteConnection;
+
+use crate::sql::Query;
 
 use super::matches::{MessageRow, ranked_messages};
 use super::{ACTION, MemorySettings, Scope, candidates, time_text};
@@ -25,8 +27,8 @@ struct Episode {
     matched: Vec<i64>,
 }
 
-pub(crate) async fn episode(
-    conn: &mut SqliteConnection,
+pub(crate) fn episode(
+    conn: &Connection,
     query: &MemoryQuery,
     text: &TextQuery,
     scope: &Scope,
@@ -34,7 +36,7 @@ pub(crate) async fn episode(
     settings: MemorySettings,
 ) -> Result<Value, HostError> {
     let window_ms = i64::from(settings.episode_window_minutes) * 60_000;
-    let matches = ranked_messages(conn, text, scope, candidates(limit)).await?;
+    let matches = ranked_messages(conn, text, scope, candidates(limit))?;
     let mut by_stream: Vec<(usize, &MessageRow)> = matches.iter().enumerate().collect();
     by_stream.sort_by(|a, b| a.1.1.cmp(&b.1.1).then(a.1.4.cmp(&b.1.4)));
     let mut episodes: Vec<Episode> = Vec::new();
@@ -65,7 +67,7 @@ pub(crate) async fn episode(
     episodes.truncate(limit);
     let mut out = Vec::with_capacity(episodes.len());
     for episode in episodes {
-        out.push(episode_json(conn, &episode).await?);
+        out.push(episode_json(conn, &episode)?);
     }
     Ok(json!({
         "mode": "episode",
@@ -75,8 +77,8 @@ pub(crate) async fn episode(
     }))
 }
 
-async fn episode_json(conn: &mut SqliteConnection, episode: &Episode) -> Result<Value, HostError> {
-    let mut rows: Vec<MessageRow> = sqlx::query_as(
+fn episode_json(conn: &Connection, episode: &Episode) -> Result<Value, HostError> {
+    let mut rows: Vec<MessageRow> = Query::new(
         "SELECT m.message_id, m.stream_id, m.sender_name, m.text, m.at, m.is_bot, NULL \
          FROM host_messages m WHERE m.stream_id = ? AND m.at BETWEEN ? AND ? \
          ORDER BY abs(m.at - ?), m.message_id LIMIT ?",
@@ -86,15 +88,13 @@ async fn episode_json(conn: &mut SqliteConnection, episode: &Episode) -> Result<
     .bind(episode.window_end)
     .bind(episode.best_at)
     .bind(sql_limit(EPISODE_MAX_MESSAGES))
-    .fetch_all(&mut *conn)
-    .await
+    .all(conn)
     .map_err(db(ACTION))?;
     rows.sort_by_key(|row| (row.4, row.0));
     let stream_name: Option<String> =
-        sqlx::query_scalar("SELECT name FROM host_streams WHERE stream_id = ?")
+        Query::new("SELECT name FROM host_streams WHERE stream_id = ?")
             .bind(&episode.stream_id)
-            .fetch_optional(&mut *conn)
-            .await
+            .scalar_optional(conn)
             .map_err(db(ACTION))?;
     let matched: HashSet<i64> = episode.matched.iter().copied().collect();
     let mut messages = Vec::with_capacity(rows.len());

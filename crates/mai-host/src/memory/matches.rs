@@ -1,8 +1,10 @@
 //! Finding messages and notes by text within a [`Scope`]: the shared SQL of every mode.
 
 use mai_core::host::HostError;
+use rusqlite::Connection;
 use serde_json::{Value, json};
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+
+use crate::sql::Query;
 
 use super::{ACTION, Scope, time_text};
 use crate::error::{corrupt, db};
@@ -67,21 +69,19 @@ impl Hit {
 
 /// The best `limit` messages and the best `limit` notes (notes only for a non-empty query and
 /// no person filter).
-pub(crate) async fn ranked_hits(
-    conn: &mut SqliteConnection,
+pub(crate) fn ranked_hits(
+    conn: &Connection,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Vec<Hit>, HostError> {
-    let mut hits: Vec<Hit> = ranked_messages(conn, text, scope, limit)
-        .await?
+    let mut hits: Vec<Hit> = ranked_messages(conn, text, scope, limit)?
         .into_iter()
         .map(Hit::Message)
         .collect();
     if !text.is_empty() && scope.person.is_none() {
         hits.extend(
-            ranked_notes(conn, text, scope, limit)
-                .await?
+            ranked_notes(conn, text, scope, limit)?
                 .into_iter()
                 .map(Hit::Note),
         );
@@ -91,19 +91,19 @@ pub(crate) async fn ranked_hits(
 
 /// Messages matching `text` in the scope, best bm25 first (substring-only hits after, newest
 /// first); for an empty query, the newest messages.
-pub(crate) async fn ranked_messages(
-    conn: &mut SqliteConnection,
+pub(crate) fn ranked_messages(
+    conn: &Connection,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Vec<MessageRow>, HostError> {
     let mut qb;
     if text.is_empty() {
-        qb = QueryBuilder::<Sqlite>::new(format!("SELECT {MESSAGE_COLUMNS}, NULL AS score"));
+        qb = Query::new(format!("SELECT {MESSAGE_COLUMNS}, NULL AS score"));
         push_filtered_messages(&mut qb, text, scope, "");
         qb.push(" ORDER BY m.at DESC, m.message_id DESC LIMIT ");
     } else {
-        qb = QueryBuilder::<Sqlite>::new(format!(
+        qb = Query::new(format!(
             "SELECT {MESSAGE_COLUMNS}, MIN(h.score) AS score FROM ("
         ));
         text.push_ranked_hits(&mut qb, &MESSAGES);
@@ -118,21 +118,17 @@ pub(crate) async fn ranked_messages(
         );
     }
     qb.push_bind(sql_limit(limit));
-    qb.build_query_as()
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))
+    qb.all(conn).map_err(db(ACTION))
 }
 
-pub(crate) async fn ranked_notes(
-    conn: &mut SqliteConnection,
+pub(crate) fn ranked_notes(
+    conn: &Connection,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Vec<NoteRow>, HostError> {
-    let mut qb = QueryBuilder::<Sqlite>::new(
-        "SELECT n.note_id, n.stream_id, n.text, n.at, MIN(h.score) AS score FROM (",
-    );
+    let mut qb =
+        Query::new("SELECT n.note_id, n.stream_id, n.text, n.at, MIN(h.score) AS score FROM (");
     text.push_ranked_hits(&mut qb, &NOTES);
     qb.push(") h JOIN host_notes n ON n.note_id = h.id WHERE 1");
     if let Some(stream) = &scope.stream {
@@ -150,15 +146,12 @@ pub(crate) async fn ranked_notes(
     }
     qb.push(" GROUP BY n.note_id ORDER BY score IS NULL, score, n.at DESC LIMIT ");
     qb.push_bind(sql_limit(limit));
-    qb.build_query_as()
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))
+    qb.all(conn).map_err(db(ACTION))
 }
 
 /// ` FROM host_messages m JOIN host_streams s … WHERE <text matches> <scope>`.
 pub(crate) fn push_filtered_messages(
-    qb: &mut QueryBuilder<Sqlite>,
+    qb: &mut Query,
     text: &TextQuery,
     scope: &Scope,
     extra_joins: &str,
@@ -171,7 +164,7 @@ pub(crate) fn push_filtered_messages(
 }
 
 /// ` AND …` for each filter of the scope, over messages `m` of streams `s`.
-pub(crate) fn push_scope(qb: &mut QueryBuilder<Sqlite>, scope: &Scope) {
+pub(crate) fn push_scope(qb: &mut Query, scope: &Scope) {
     if let Some(stream) = &scope.stream {
         qb.push(" AND m.stream_id = ");
         qb.push_bind(stream.clone());

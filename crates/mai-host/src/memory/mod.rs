@@ -46,8 +46,8 @@ mod window;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use mai_core::host::{HostError, MemoryMode, MemoryQuery};
+use rusqlite::Connection;
 use serde_json::{Value, json};
-use sqlx::SqliteConnection;
 
 use crate::error::corrupt;
 use crate::people::resolve_person;
@@ -79,8 +79,8 @@ pub(crate) struct Scope {
 }
 
 /// Runs `query` in its mode.
-pub(crate) async fn search_memory(
-    conn: &mut SqliteConnection,
+pub(crate) fn search_memory(
+    conn: &Connection,
     query: &MemoryQuery,
     settings: MemorySettings,
 ) -> Result<Value, HostError> {
@@ -105,21 +105,19 @@ pub(crate) async fn search_memory(
         .map(str::trim)
         .filter(|name| !name.is_empty())
     {
-        match resolve_person(conn, name).await? {
+        match resolve_person(conn, name)? {
             Some(person) => scope.person = Some(person),
             None => warning = Some(format!("no person is named `{name}`")),
         }
     }
     let mut result = match (query.mode, warning.is_some()) {
-        (MemoryMode::Search, false) => ranked::search(conn, query, &text, &scope, limit).await?,
-        (MemoryMode::Time, false) => window::time(conn, query, &text, &scope, limit).await?,
-        (MemoryMode::Hybrid, false) => ranked::hybrid(conn, query, &text, &scope, limit).await?,
+        (MemoryMode::Search, false) => ranked::search(conn, query, &text, &scope, limit)?,
+        (MemoryMode::Time, false) => window::time(conn, query, &text, &scope, limit)?,
+        (MemoryMode::Hybrid, false) => ranked::hybrid(conn, query, &text, &scope, limit)?,
         (MemoryMode::Episode, false) => {
-            episode::episode(conn, query, &text, &scope, limit, settings).await?
+            episode::episode(conn, query, &text, &scope, limit, settings)?
         }
-        (MemoryMode::Aggregate, false) => {
-            aggregate::aggregate(conn, query, &text, &scope, limit).await?
-        }
+        (MemoryMode::Aggregate, false) => aggregate::aggregate(conn, query, &text, &scope, limit)?,
         (mode, true) => empty_shape(query, mode, settings),
     };
     if let (Some(warning), Value::Object(map)) = (warning, &mut result) {

@@ -1,8 +1,8 @@
 //! The `search` mode (best bm25 first) and the `hybrid` mode (relevance with recency).
 
 use mai_core::host::{HostError, MemoryQuery};
+use rusqlite::Connection;
 use serde_json::{Value, json};
-use sqlx::SqliteConnection;
 
 use super::matches::{Hit, ranked_hits};
 use super::{Scope, candidates};
@@ -14,14 +14,14 @@ const RECENCY_WEIGHT: f64 = 0.4;
 const SUBSTRING_RELEVANCE: f64 = 0.5;
 const RECENCY_HALF_LIFE_MS: f64 = 7.0 * 24.0 * 3600.0 * 1000.0;
 
-pub(crate) async fn search(
-    conn: &mut SqliteConnection,
+pub(crate) fn search(
+    conn: &Connection,
     query: &MemoryQuery,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Value, HostError> {
-    let mut hits = ranked_hits(conn, text, scope, limit).await?;
+    let mut hits = ranked_hits(conn, text, scope, limit)?;
     hits.sort_by(|a, b| {
         let key = |hit: &Hit| (hit.score().is_none(), hit.score().unwrap_or(0.0));
         let (a_none, a_score) = key(a);
@@ -41,14 +41,14 @@ pub(crate) async fn search(
     Ok(json!({"mode": "search", "query": query.query, "results": results}))
 }
 
-pub(crate) async fn hybrid(
-    conn: &mut SqliteConnection,
+pub(crate) fn hybrid(
+    conn: &Connection,
     query: &MemoryQuery,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Value, HostError> {
-    let hits = ranked_hits(conn, text, scope, candidates(limit)).await?;
+    let hits = ranked_hits(conn, text, scope, candidates(limit))?;
     let best = hits
         .iter()
         .filter_map(Hit::score)

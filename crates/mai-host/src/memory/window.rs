@@ -1,8 +1,10 @@
 //! The `time` mode: the messages of a time window, oldest first.
 
 use mai_core::host::{HostError, MemoryQuery};
+use rusqlite::Connection;
 use serde_json::{Value, json};
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+
+use crate::sql::Query;
 
 use super::matches::{MESSAGE_COLUMNS, MessageRow, push_filtered_messages};
 use super::{ACTION, Scope, rfc3339, time_text};
@@ -10,15 +12,15 @@ use crate::error::db;
 use crate::streams::sql_limit;
 use crate::text_query::TextQuery;
 
-pub(crate) async fn time(
-    conn: &mut SqliteConnection,
+pub(crate) fn time(
+    conn: &Connection,
     query: &MemoryQuery,
     text: &TextQuery,
     scope: &Scope,
     limit: usize,
 ) -> Result<Value, HostError> {
     let forward = scope.start.is_some();
-    let mut qb = QueryBuilder::<Sqlite>::new(format!("SELECT {MESSAGE_COLUMNS}, NULL"));
+    let mut qb = Query::new(format!("SELECT {MESSAGE_COLUMNS}, NULL"));
     push_filtered_messages(&mut qb, text, scope, "");
     qb.push(if forward {
         " ORDER BY m.at, m.message_id LIMIT "
@@ -26,11 +28,7 @@ pub(crate) async fn time(
         " ORDER BY m.at DESC, m.message_id DESC LIMIT "
     });
     qb.push_bind(sql_limit(limit));
-    let mut rows: Vec<MessageRow> = qb
-        .build_query_as()
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(ACTION))?;
+    let mut rows: Vec<MessageRow> = qb.all(conn).map_err(db(ACTION))?;
     if !forward {
         rows.reverse();
     }

@@ -79,15 +79,9 @@ impl Target {
         let metrics = Metrics::new();
         // One database file for tasks and chat tables, as `mai-agent serve` has it.
         let store = SqliteStore::open(dir.path().join("mai-agent.db")).await?;
-        let (writer, write_gate) = store.shared_writer();
         let host = Arc::new(
-            EmbeddedHost::with_shared_writer(
-                store.pool().clone(),
-                writer,
-                write_gate,
-                EmbeddedConfig::default(),
-            )
-            .await?,
+            EmbeddedHost::with_database(store.database().clone(), EmbeddedConfig::default())
+                .await?,
         );
         host.register_channel("qq", Arc::new(AcceptingChannel));
         let mut config = Config::default();
