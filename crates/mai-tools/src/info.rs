@@ -266,6 +266,7 @@ pub enum ChatType {
 // loop's adds `keywords`). No doc comment: it would become the schema's description.
 #[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct UserSearch {
+    /// A name, nickname or id (part of it is enough).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyword: Option<String>,
     /// Default: both.
