@@ -13,12 +13,8 @@ use mai_core::config::LimitsConfig;
 use mai_core::store::{CountQuery, TaskCounts};
 use mai_core::task::{TaskRecord, Trigger};
 
-use crate::engine::Engine;
+use crate::deps::Deps;
 use crate::error::EngineError;
-
-/// The admission of new tasks against the live `[limits]`.
-#[derive(Debug, Default)]
-pub(crate) struct Admission {}
 
 fn count_query(task: &TaskRecord) -> CountQuery<'_> {
     CountQuery {
@@ -28,40 +24,30 @@ fn count_query(task: &TaskRecord) -> CountQuery<'_> {
     }
 }
 
-impl Admission {
-    /// Refuses `task` when it would exceed a cap now (an early answer, e.g. before a model
-    /// call names the task; [`Admission::insert`] checks again when it writes).
-    pub(crate) async fn check(
-        &self,
-        engine: &Engine,
-        task: &TaskRecord,
-    ) -> Result<(), EngineError> {
-        let limits = engine.config.config().limits.clone();
-        let counts = engine.store.counts(&count_query(task)).await?;
-        refuse_over_limits(&limits, task, &counts)
-    }
+/// Refuses `task` when it would exceed a cap now (an early answer, e.g. before a model call
+/// names the task; [`insert`] checks again when it writes).
+pub(crate) async fn check(engine: &Deps, task: &TaskRecord) -> Result<(), EngineError> {
+    let limits = engine.config.config().limits.clone();
+    let counts = engine.store.counts(&count_query(task)).await?;
+    refuse_over_limits(&limits, task, &counts)
+}
 
-    /// Inserts `task` unless it would exceed a cap, counted in the inserting transaction.
-    pub(crate) async fn insert(
-        &self,
-        engine: &Engine,
-        task: &TaskRecord,
-    ) -> Result<(), EngineError> {
-        let limits = engine.config.config().limits.clone();
-        let candidate = task.clone();
-        let admit: mai_core::store::Admit =
-            Box::new(
-                move |counts| match over_limits(&limits, &candidate, counts) {
-                    Some(reason) => Err(reason),
-                    None => Ok(()),
-                },
-            );
-        engine
-            .store
-            .insert_admitted(task, &count_query(task), admit)
-            .await?
-            .map_err(EngineError::LimitReached)
-    }
+/// Inserts `task` unless it would exceed a cap, counted in the inserting transaction.
+pub(crate) async fn insert(engine: &Deps, task: &TaskRecord) -> Result<(), EngineError> {
+    let limits = engine.config.config().limits.clone();
+    let candidate = task.clone();
+    let admit: mai_core::store::Admit =
+        Box::new(
+            move |counts| match over_limits(&limits, &candidate, counts) {
+                Some(reason) => Err(reason),
+                None => Ok(()),
+            },
+        );
+    engine
+        .store
+        .insert_admitted(task, &count_query(task), admit)
+        .await?
+        .map_err(EngineError::LimitReached)
 }
 
 /// The first cap `task` would exceed, as an error naming the limit, the figure and what to do.

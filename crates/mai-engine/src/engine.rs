@@ -22,10 +22,10 @@ use mai_core::store::TaskStore;
 use mai_core::task::{PauseCause, TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{RoleProvider, ToolContext, ToolRegistry};
 
+use crate::board_memory::BoardMemory;
 pub(crate) use crate::deps::Deps;
 use crate::error::EngineError;
 use crate::events::{Events, TaskEvent};
-use crate::planner::board_memory::BoardMemory;
 use crate::prompts::Prompts;
 use crate::run::StopReason;
 pub(crate) use crate::run::lock;
@@ -100,8 +100,6 @@ pub struct EngineCore {
     pub(crate) deps: Arc<Deps>,
     /// Who is queued, running, due, waiting and injected.
     pub(crate) schedule: Schedule,
-    /// The locks of the `[limits]` check on task creation.
-    pub(crate) admission: crate::admission::Admission,
     /// What each planner session was last shown on its board.
     board: Mutex<BoardMemory>,
     events: Events,
@@ -134,7 +132,6 @@ impl Engine {
         let engine = Engine(Arc::new(EngineCore {
             schedule: Schedule::new(deps.clock.clone()),
             deps: Arc::new(deps),
-            admission: crate::admission::Admission::default(),
             board: Mutex::new(BoardMemory::default()),
             events: Events::new(),
             shutdown: CancellationToken::new(),

@@ -7,6 +7,7 @@
 
 mod admission;
 mod agent_loop;
+mod board_memory;
 mod builtin_tools;
 mod commands;
 mod conversation;

@@ -249,11 +249,11 @@ impl Engine {
         task.title = match request.title.filter(|t| !t.trim().is_empty()) {
             Some(title) => title.trim().chars().take(80).collect(),
             None => {
-                self.admission.check(self, &task).await?;
+                crate::admission::check(self, &task).await?;
                 self.title_for(&task.intent).await
             }
         };
-        self.admission.insert(self, &task).await?;
+        crate::admission::insert(self, &task).await?;
         self.emit(TaskEvent::Created {
             task_id: task.id,
             title: task.title.clone(),

@@ -18,7 +18,6 @@
 //! allows.
 
 mod board;
-pub(crate) mod board_memory;
 mod isolation;
 mod mcp_tools;
 mod shared_tools;
