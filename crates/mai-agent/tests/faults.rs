@@ -270,7 +270,6 @@ async fn count_titles(model: &MockServer) -> Arc<Titles> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing() {
-    use sqlx::Connection;
     let gate = Arc::new(Gate::default());
     let held = gate.clone();
     let (model, calls) = fake_model(move |results, body| {
@@ -298,14 +297,11 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
     let mut served = serve(data.path(), &model, "[task]\nmax_concurrent_tasks = 8\n");
     let client = reqwest::Client::new();
     console_chat(&client, &served.base).await;
-    let url = format!("sqlite://{}", data.path().join("mai-agent.db").display());
-    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    // A second connection to the service's database, as another process would hold it.
+    let other = rusqlite::Connection::open(data.path().join("mai-agent.db")).unwrap();
 
     // Locked while tasks are created: the creates wait for the lock, then all answer 201.
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let creates: Vec<_> = (0..10)
         .map(|i| {
             let (client, base) = (client.clone(), served.base.clone());
@@ -319,7 +315,7 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
         creates.iter().all(|create| !create.is_finished()),
         "a create answered while the database was write-locked"
     );
-    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    other.execute_batch("COMMIT").unwrap();
     let mut ids = Vec::new();
     for create in creates {
         ids.push(create.await.unwrap());
@@ -334,10 +330,7 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
         ids.push(create_with(&client, &served.base, fields).await);
     }
     calls.wait_past(before).await;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let mut events = SseReader::new(events(&client, &served.base).await);
     gate.open();
     // The fault is exercised once the released task is past its tool: what follows a tool
@@ -356,7 +349,7 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
         record["status"], "completed",
         "a task completed while the database was write-locked: {record}"
     );
-    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    other.execute_batch("COMMIT").unwrap();
 
     let records = wait_all_done(&client, &served.base, &ids).await;
     for record in &records {
