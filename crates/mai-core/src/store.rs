@@ -95,6 +95,9 @@ pub struct CountQuery<'a> {
     pub stream: &'a StreamId,
     /// Count the sub-tasks this task ever made (none: counted as 0).
     pub created_by: Option<TaskId>,
+    /// Count the recurring tasks too (false: counted as 0). Only a recurring task's creation
+    /// needs them, and they cost a look into every unfinished task's record.
+    pub recurring: bool,
 }
 
 /// The figures of a [`CountQuery`]. "Unfinished" is every status but completed, failed and

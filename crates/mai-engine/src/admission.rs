@@ -21,6 +21,7 @@ fn count_query(task: &TaskRecord) -> CountQuery<'_> {
         requester: task.requester(),
         stream: &task.stream_id,
         created_by: task.metadata.parent_task_id,
+        recurring: matches!(task.trigger, Trigger::Cron { .. }),
     }
 }
 

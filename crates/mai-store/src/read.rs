@@ -205,6 +205,7 @@ pub(crate) struct CountKeys {
     requester: Option<String>,
     stream: String,
     created_by: Option<String>,
+    recurring: bool,
 }
 
 impl CountKeys {
@@ -213,13 +214,15 @@ impl CountKeys {
             requester: query.requester.map(ToString::to_string),
             stream: query.stream.as_str().to_owned(),
             created_by: query.created_by.map(id_key),
+            recurring: query.recurring,
         }
     }
 }
 
 /// The figures of the caps on task creation, in one statement (each figure an index lookup:
 /// the partial indexes of unfinished tasks per requester and per stream, and the index of
-/// sub-tasks by the task that made them).
+/// sub-tasks by the task that made them). The recurring figures read each unfinished task's
+/// trigger from its record, so they are taken only when asked (`CASE` evaluates one branch).
 pub(crate) fn count_tasks(
     connection: &Connection,
     keys: &CountKeys,
@@ -239,21 +242,21 @@ pub(crate) fn count_tasks(
         unfinished!(),
         "), (SELECT count(*) FROM tasks WHERE stream_id = ?2 AND ",
         unfinished!(),
-        "), (SELECT count(*) FROM tasks WHERE requester = ?1 AND ",
+        "), CASE WHEN ?4 THEN (SELECT count(*) FROM tasks WHERE requester = ?1 AND ",
         unfinished!(),
         " AND ",
         cron!(),
-        "), (SELECT count(*) FROM tasks WHERE stream_id = ?2 AND ",
+        ") ELSE 0 END, CASE WHEN ?4 THEN (SELECT count(*) FROM tasks WHERE stream_id = ?2 AND ",
         unfinished!(),
         " AND ",
         cron!(),
-        "), (SELECT count(*) FROM tasks WHERE created_by = ?3)"
+        ") ELSE 0 END, (SELECT count(*) FROM tasks WHERE created_by = ?3)"
     );
     const DOING: &str = "counting tasks";
     let mut select = connection.prepare_cached(SQL).map_err(db(DOING))?;
     let figures: [i64; 5] = select
         .query_row(
-            params![keys.requester, keys.stream, keys.created_by],
+            params![keys.requester, keys.stream, keys.created_by, keys.recurring],
             |row| {
                 Ok([
                     row.get(0)?,

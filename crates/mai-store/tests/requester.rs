@@ -107,6 +107,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
             requester: Some(&me),
             stream: &stream("s1"),
             created_by: Some(parent.id),
+            recurring: true,
         })
         .await
         .unwrap();
@@ -122,12 +123,33 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
             children: 3,
         }
     );
+    // Not asked for the recurring figures (the new task is not recurring): they are 0, the
+    // rest the same.
+    let unasked = fs
+        .store
+        .counts(&CountQuery {
+            requester: Some(&me),
+            stream: &stream("s1"),
+            created_by: Some(parent.id),
+            recurring: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        unasked,
+        TaskCounts {
+            recurring_by_requester: 0,
+            recurring_in_stream: 0,
+            ..counts
+        }
+    );
     let nobody = fs
         .store
         .counts(&CountQuery {
             requester: None,
             stream: &stream("s3"),
             created_by: None,
+            recurring: true,
         })
         .await
         .unwrap();
@@ -177,6 +199,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
             requester: None,
             stream: &stream("s1"),
             created_by: Some(parent.id),
+            recurring: false,
         })
         .await
         .unwrap();
