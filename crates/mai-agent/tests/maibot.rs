@@ -541,7 +541,7 @@ async fn a_real_maibot_starts_offline_and_replies_to_a_mention_through_the_fake_
     lap("MaiBot started offline", &mut clock);
     maibot.say(Some(GROUP_A), ALICE, "Alice", "麦麦 HELLO");
     let reply = maibot.next_received("MaiBot's reply in group A", |e| e["group_id"] == GROUP_A);
-    assert_eq!(text(&reply), "好的", "{reply}");
+    assert_eq!(said(&reply), "好的", "{reply}");
     assert_eq!(
         reply["message"]["message_info"]["user_info"]["user_id"],
         "999"

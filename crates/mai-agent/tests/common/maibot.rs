@@ -258,6 +258,23 @@ impl Drop for MaiBot {
     }
 }
 
+/// What MaiBot said in a received message, without the quote of the message it answers: MaiBot
+/// decides by itself whether to quote, so a test compares only the text segments.
+pub fn said(event: &Value) -> String {
+    let segment = &event["message"]["message_segment"];
+    match segment["type"].as_str() {
+        Some("seglist") => segment["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|part| part["type"] == "text")
+            .filter_map(|part| part["data"].as_str())
+            .collect(),
+        Some("text") => segment["data"].as_str().unwrap_or_default().to_owned(),
+        _ => text(event).to_owned(),
+    }
+}
+
 /// The text of a `received` event.
 pub fn text(event: &Value) -> &str {
     event["text"].as_str().unwrap_or_default()
