@@ -23,12 +23,12 @@ use mai_core::task::{PauseCause, TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{RoleProvider, ToolContext, ToolRegistry};
 
 use crate::board_memory::BoardMemory;
-pub(crate) use crate::deps::Deps;
+use crate::deps::Deps;
 use crate::error::EngineError;
 use crate::events::{Events, TaskEvent};
 use crate::prompts::Prompts;
 use crate::run::StopReason;
-pub(crate) use crate::run::lock;
+use crate::run::lock;
 use crate::schedule::LoadFigures;
 use crate::schedule::Schedule;
 

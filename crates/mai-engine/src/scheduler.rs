@@ -9,7 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
@@ -18,13 +18,7 @@ use tokio_util::sync::CancellationToken;
 use mai_core::clock::Clock;
 use mai_core::task::TaskId;
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The protected state is updated with plain assignments that cannot panic half-way, so a
-    // poisoned lock still guards consistent data.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::run::lock;
 
 #[derive(Debug, PartialEq, Eq)]
 struct Ready {

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use crate::builtin_tools;
-use crate::engine::{Deps, Engine, EngineDeps};
+use crate::deps::Deps;
+use crate::engine::{Engine, EngineDeps};
 use crate::error::EngineError;
 use crate::tool_handle::ToolHandle;
 

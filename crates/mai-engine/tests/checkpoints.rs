@@ -226,15 +226,7 @@ async fn the_next_model_call_starts_before_the_checkpoint_lands_and_no_tool_runs
     let done_task = record(&engine, task.id).await;
     assert_eq!(done_task.metadata.answer.as_deref(), Some("probed twice"));
     // Each result checkpointed once, in order.
-    let history = engine
-        .history(&caller("user", Role::User, "s1"), &task.id.short())
-        .await
-        .unwrap();
-    let roles: Vec<&str> = history
-        .entries
-        .iter()
-        .map(|e| e.payload["role"].as_str().unwrap())
-        .collect();
+    let roles = message_roles(&engine, task.id).await;
     assert_eq!(
         roles,
         [

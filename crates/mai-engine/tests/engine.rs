@@ -12,7 +12,6 @@ use async_trait::async_trait;
 use common::*;
 use mai_core::model::{ChatRequest, ChatResponse, MessageRole, ModelError, ToolCall};
 use mai_core::role::Role;
-use mai_core::store::HistoryKind;
 use mai_core::task::{TaskLevel, TaskStatus, Trigger};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
@@ -122,17 +121,7 @@ async fn scripted_tool_rounds_complete_and_the_answer_is_delivered() {
     assert!(names.contains(&"count"));
 
     // History: system + intent, then per round the reply and its results, in order.
-    let history = h
-        .engine
-        .history(&caller("user", Role::User, "s1"), &task.id.short())
-        .await
-        .unwrap();
-    let roles: Vec<String> = history
-        .entries
-        .iter()
-        .filter(|e| e.kind == HistoryKind::Message)
-        .map(|e| e.payload["role"].as_str().unwrap().to_owned())
-        .collect();
+    let roles = message_roles(&h.engine, task.id).await;
     assert_eq!(
         roles,
         [

@@ -389,3 +389,16 @@ pub async fn record(engine: &Engine, id: TaskId) -> TaskRecord {
         .await
         .unwrap()
 }
+
+/// The roles of a task's conversation messages in its history, in order (read as an admin).
+pub async fn message_roles(engine: &Engine, id: TaskId) -> Vec<String> {
+    engine
+        .history(&caller("admin", Role::Admin, "s"), &id.short())
+        .await
+        .unwrap()
+        .entries
+        .iter()
+        .filter(|e| e.kind == mai_core::store::HistoryKind::Message)
+        .map(|e| e.payload["role"].as_str().unwrap().to_owned())
+        .collect()
+}
