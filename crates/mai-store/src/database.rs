@@ -15,6 +15,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+use crate::checkpointer::Checkpointer;
 use crate::migrate::{MigrateError, Migrations};
 use crate::writer::{Session, WriteError, Writer};
 
@@ -154,13 +155,22 @@ impl Database {
         }
         let opening = path.clone();
         let options = options.clone();
-        let connections = tokio::task::spawn_blocking(move || open_all(&opening, &options))
-            .await
-            .map_err(|error| failed(Box::new(error)))?
-            .map_err(|error| failed(Box::new(error)))?;
-        let (writer, readers) = connections;
-        let writer =
-            Writer::spawn(writer, "mai-db-writer").map_err(|error| failed(Box::new(error)))?;
+        let connections = tokio::task::spawn_blocking(move || {
+            let (writer, readers) = open_all(&opening, &options)?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((
+                writer,
+                readers,
+                Checkpointer::spawn(&opening)?,
+            ))
+        })
+        .await
+        .map_err(|error| failed(Box::new(error)))?
+        .map_err(failed)?;
+        let (writer, readers, mut checkpointer) = connections;
+        let writer = Writer::spawn_observed(writer, "mai-db-writer", move || {
+            checkpointer.committed();
+        })
+        .map_err(|error| failed(Box::new(error)))?;
         let (sender, receiver) = mpsc::channel::<ReadJob>();
         let receiver = Arc::new(Mutex::new(receiver));
         for (number, reader) in readers.into_iter().enumerate() {
@@ -263,6 +273,8 @@ fn open_all(
     let writer = Connection::open(path)?;
     configure(&writer, Some(options))?;
     writer.pragma_update(None, "journal_mode", "WAL")?;
+    // The log is copied back by the `Checkpointer`'s thread, not inside the writer's commits.
+    writer.pragma_update(None, "wal_autocheckpoint", 0)?;
     let mut readers = Vec::new();
     for _ in 0..options.max_connections.max(1) {
         let reader = Connection::open_with_flags(

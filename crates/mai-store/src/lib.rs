@@ -10,6 +10,7 @@
 //! seam where a backend other than SQLite would sit.
 
 mod agent_history;
+mod checkpointer;
 mod codec;
 mod database;
 mod error;

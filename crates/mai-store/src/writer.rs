@@ -153,12 +153,23 @@ impl<S: Session> std::fmt::Debug for Writer<S> {
 impl<S: Session> Writer<S> {
     /// Moves `session` onto a new thread named `name` and returns the queue to it.
     pub fn spawn(session: S, name: &str) -> std::io::Result<Self> {
+        Self::spawn_observed(session, name, || {})
+    }
+
+    /// Like [`Writer::spawn`]; `committed` runs on the writer's thread after each commit, and
+    /// is dropped after the session when the writer stops (so what it owns outlives the
+    /// connection and is released before [`Writer::close`] returns).
+    pub fn spawn_observed(
+        session: S,
+        name: &str,
+        committed: impl FnMut() + Send + 'static,
+    ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = queued.clone();
         std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || serve(session, &receiver, &counter))?;
+            .spawn(move || serve(session, &receiver, &counter, committed))?;
         Ok(Writer {
             inner: Arc::new(Inner { sender, queued }),
         })
@@ -227,7 +238,12 @@ impl<S: Session> Writer<S> {
 }
 
 /// The writer thread: takes what is queued as one batch, runs it, and again.
-fn serve<S: Session>(mut session: S, receiver: &mpsc::Receiver<Message<S>>, queued: &AtomicUsize) {
+fn serve<S: Session>(
+    mut session: S,
+    receiver: &mpsc::Receiver<Message<S>>,
+    queued: &AtomicUsize,
+    mut committed: impl FnMut(),
+) {
     while let Ok(first) = receiver.recv() {
         let mut units = Vec::new();
         let mut reads = Vec::new();
@@ -247,26 +263,30 @@ fn serve<S: Session>(mut session: S, receiver: &mpsc::Receiver<Message<S>>, queu
             }
         }
         queued.fetch_sub(units.len(), Ordering::SeqCst);
-        run_batch(&mut session, units);
+        if run_batch(&mut session, units) {
+            committed();
+        }
         for read in reads {
             read(&mut session);
         }
         if let Some(done) = stop {
             drop(session);
+            drop(committed);
             let _ = done.send(());
             return;
         }
     }
 }
 
-/// Runs `units` in one transaction and tells each how it ended.
-fn run_batch<S: Session>(session: &mut S, mut units: Vec<Box<dyn Unit<S>>>) {
+/// Runs `units` in one transaction and tells each how it ended; `true` when it committed.
+fn run_batch<S: Session>(session: &mut S, mut units: Vec<Box<dyn Unit<S>>>) -> bool {
     if units.is_empty() {
-        return;
+        return false;
     }
     if let Err(error) = session.begin() {
         let failed = WriteError::new("starting a write transaction", error);
-        return finish_all(units, Some(&failed));
+        finish_all(units, Some(&failed));
+        return false;
     }
     let alone = units.len() == 1;
     let mut keeps = 0_usize;
@@ -277,7 +297,8 @@ fn run_batch<S: Session>(session: &mut S, mut units: Vec<Box<dyn Unit<S>>>) {
                 if session.in_transaction() {
                     let _ = session.rollback();
                 }
-                return finish_all(units, Some(&failed));
+                finish_all(units, Some(&failed));
+                return false;
             }
         }
     }
@@ -287,7 +308,11 @@ fn run_batch<S: Session>(session: &mut S, mut units: Vec<Box<dyn Unit<S>>>) {
         session.commit()
     };
     let failed = match ended {
-        Ok(()) => None,
+        Ok(()) if keeps > 0 => None,
+        Ok(()) => {
+            finish_all(units, None);
+            return false;
+        }
         Err(error) => {
             if session.in_transaction() {
                 let _ = session.rollback();
@@ -295,7 +320,9 @@ fn run_batch<S: Session>(session: &mut S, mut units: Vec<Box<dyn Unit<S>>>) {
             Some(WriteError::new("committing a write transaction", error))
         }
     };
+    let done = failed.is_none();
     finish_all(units, failed.as_ref());
+    done
 }
 
 /// One write of a batch inside its savepoint (none when it is alone: its transaction is its
