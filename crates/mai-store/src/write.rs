@@ -34,6 +34,22 @@ const UPDATE_UNINDEXED: &str = concat!(
     returning_tails!()
 );
 
+/// A status change: of the indexes only those on the status (and the partial ones that depend
+/// on it) are rewritten. It matches only if every other indexed column already holds the
+/// record's value; with the expected status bound last when there is one.
+macro_rules! update_status {
+    ($condition:literal) => {
+        concat!(
+            "UPDATE tasks SET status = ?, updated_at = ?, record = ? WHERE id = ? AND title = ? \
+             AND owner = ? AND stream_id = ? AND level = ? AND created_at = ?",
+            $condition,
+            returning_tails!()
+        )
+    };
+}
+const UPDATE_STATUS_IF_STATUS: &str = update_status!(" AND status = ?");
+const UPDATE_STATUS: &str = update_status!("");
+
 /// The full update; with the expected status bound last when there is one.
 macro_rules! update_all {
     ($condition:literal) => {
@@ -229,6 +245,9 @@ fn save_in(
         updated = update_unindexed(connection, row).map_err(db(doing))?;
     }
     if updated.is_none() {
+        updated = update_status(connection, row, save.expected).map_err(db(doing))?;
+    }
+    if updated.is_none() {
         updated = update_all(connection, row, save.expected).map_err(db(doing))?;
     }
     let Some((log_tail, next_history_seq)) = updated else {
@@ -269,6 +288,52 @@ fn update_unindexed(connection: &Connection, row: &TaskRow) -> rusqlite::Result<
         .optional()
 }
 
+/// [`UPDATE_STATUS`]: `None` when another indexed column changed, the stored status is not
+/// `expected`, or there is no such task.
+fn update_status(
+    connection: &Connection,
+    row: &TaskRow,
+    expected: Option<TaskStatus>,
+) -> rusqlite::Result<Option<Tails>> {
+    let tails = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+    let columns = params![
+        row.status,
+        row.updated_at,
+        row.record,
+        row.id,
+        row.title,
+        row.owner,
+        row.stream_id,
+        row.level,
+        row.created_at,
+    ];
+    if_status(connection, columns, expected, UPDATE_STATUS_IF_STATUS, UPDATE_STATUS, tails)
+}
+
+/// Runs the update `with` (the expected status bound after `columns`) or `without`.
+fn if_status<T>(
+    connection: &Connection,
+    columns: &[&dyn rusqlite::ToSql],
+    expected: Option<TaskStatus>,
+    with: &str,
+    without: &str,
+    map: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Option<T>> {
+    match expected {
+        Some(expected) => {
+            let mut all = columns.to_vec();
+            let expected = expected.as_str();
+            all.push(&expected);
+            let mut update = connection.prepare_cached(with)?;
+            update.query_row(all.as_slice(), map).optional()
+        }
+        None => {
+            let mut update = connection.prepare_cached(without)?;
+            update.query_row(columns, map).optional()
+        }
+    }
+}
+
 /// The full compare-and-set update: `None` when the stored status is not `expected` or there
 /// is no such task.
 fn update_all(
@@ -288,19 +353,7 @@ fn update_all(
         row.record,
         row.id,
     ];
-    match expected {
-        Some(expected) => {
-            let mut all: Vec<&dyn rusqlite::ToSql> = columns.to_vec();
-            let expected = expected.as_str();
-            all.push(&expected);
-            let mut update = connection.prepare_cached(UPDATE_ALL_IF_STATUS)?;
-            update.query_row(all.as_slice(), tails).optional()
-        }
-        None => {
-            let mut update = connection.prepare_cached(UPDATE_ALL)?;
-            update.query_row(columns, tails).optional()
-        }
-    }
+    if_status(connection, columns, expected, UPDATE_ALL_IF_STATUS, UPDATE_ALL, tails)
 }
 
 /// Appends history to an existing task.
