@@ -94,7 +94,7 @@ impl OpenAiClient {
         }
     }
 
-    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+    fn post(&self, body: &openai::Body<'_>) -> reqwest::RequestBuilder {
         let builder = self.http.post(&self.endpoint).json(body);
         match &self.config.api_key {
             Some(key) => builder.bearer_auth(key),

@@ -9,7 +9,8 @@
 use mai_core::model::{
     ChatMessage, ChatRequest, ChatResponse, FinishReason, MessageRole, ToolCall, Usage,
 };
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 /// Why an answer body could not be turned into a `ChatResponse`; the client adds the URL.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,91 +29,137 @@ pub(crate) struct BodyOptions {
     pub send_reasoning_content: bool,
 }
 
-/// The JSON body of a Chat Completions request.
-pub(crate) fn request_body(req: &ChatRequest, model: &str, options: BodyOptions) -> Value {
-    let messages: Vec<Value> = req
-        .messages
-        .iter()
-        .map(|m| message_to_wire(m, options.send_reasoning_content))
-        .collect();
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    body.insert("messages".into(), Value::Array(messages));
+/// The JSON body of a Chat Completions request, borrowing the request: serialized straight
+/// to bytes, never copied into a `Value` tree first (the tool schemas alone are kilobytes,
+/// sent every round).
+#[derive(Debug, Serialize)]
+pub(crate) struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
     // An empty `tools` array is rejected by several providers, so leave the key out.
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    }
-                })
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(temperature) = req.temperature {
-        body.insert("temperature".into(), json!(temperature));
-    }
-    if let Some(max_tokens) = req.max_tokens {
-        body.insert("max_tokens".into(), json!(max_tokens));
-    }
-    if options.stream {
-        body.insert("stream".into(), json!(true));
-        if options.stream_include_usage {
-            body.insert("stream_options".into(), json!({"include_usage": true}));
-        }
-    }
-    Value::Object(body)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
 }
 
-fn message_to_wire(message: &ChatMessage, send_reasoning: bool) -> Value {
-    let mut wire = Map::new();
-    wire.insert("role".into(), json!(message.role.as_str()));
-    // Assistant turns that only call tools carry `null` content: some providers reject "".
-    let content = if message.role == MessageRole::Assistant
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Debug, Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    /// `None` is sent as `null`: assistant turns that only call tools (some providers reject "").
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: WireCallFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireCallFunction<'a> {
+    name: &'a str,
+    arguments: std::borrow::Cow<'a, str>,
+}
+
+/// The body of a Chat Completions request for `req` on `model`.
+pub(crate) fn request_body<'a>(
+    req: &'a ChatRequest,
+    model: &'a str,
+    options: BodyOptions,
+) -> Body<'a> {
+    Body {
+        model,
+        messages: req
+            .messages
+            .iter()
+            .map(|m| message_to_wire(m, options.send_reasoning_content))
+            .collect(),
+        tools: req
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                r#type: "function",
+                function: WireFunction {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: &t.parameters,
+                },
+            })
+            .collect(),
+        temperature: req.temperature,
+        max_tokens: req.max_tokens,
+        stream: options.stream,
+        stream_options: (options.stream && options.stream_include_usage).then_some(StreamOptions {
+            include_usage: true,
+        }),
+    }
+}
+
+fn message_to_wire(message: &ChatMessage, send_reasoning: bool) -> WireMessage<'_> {
+    let only_calls = message.role == MessageRole::Assistant
         && message.content.is_empty()
-        && !message.tool_calls.is_empty()
-    {
-        Value::Null
-    } else {
-        json!(message.content)
-    };
-    wire.insert("content".into(), content);
-    if !message.tool_calls.is_empty() {
-        let calls: Vec<Value> = message
+        && !message.tool_calls.is_empty();
+    WireMessage {
+        role: message.role.as_str(),
+        content: (!only_calls).then_some(message.content.as_str()),
+        tool_calls: message
             .tool_calls
             .iter()
-            .map(|call| {
-                json!({
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": arguments_to_wire(&call.arguments)},
-                })
+            .map(|call| WireCall {
+                id: &call.id,
+                r#type: "function",
+                function: WireCallFunction {
+                    name: &call.name,
+                    arguments: arguments_to_wire(&call.arguments),
+                },
             })
-            .collect();
-        wire.insert("tool_calls".into(), Value::Array(calls));
+            .collect(),
+        tool_call_id: message.tool_call_id.as_deref(),
+        reasoning_content: message
+            .reasoning_content
+            .as_deref()
+            .filter(|_| send_reasoning),
     }
-    if let Some(id) = &message.tool_call_id {
-        wire.insert("tool_call_id".into(), json!(id));
-    }
-    if send_reasoning && let Some(reasoning) = &message.reasoning_content {
-        wire.insert("reasoning_content".into(), json!(reasoning));
-    }
-    Value::Object(wire)
 }
 
 /// The wire wants arguments as a JSON string. Unparseable arguments were kept as the raw string
 /// the model produced, so they go back verbatim (the model sees what it actually sent).
-fn arguments_to_wire(arguments: &Value) -> String {
+fn arguments_to_wire(arguments: &Value) -> std::borrow::Cow<'_, str> {
     match arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+        Value::String(raw) => std::borrow::Cow::Borrowed(raw),
+        other => std::borrow::Cow::Owned(other.to_string()),
     }
 }
 
@@ -315,6 +362,7 @@ pub(crate) fn excerpt(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use mai_core::model::{ModelPurpose, ToolSpec};
+    use serde_json::json;
 
     #[test]
     fn arguments_in_every_shape() {
@@ -447,7 +495,7 @@ mod tests {
             stream_include_usage: true,
             send_reasoning_content: false,
         };
-        let body = request_body(&req, "m", options);
+        let body = serde_json::to_value(request_body(&req, "m", options)).unwrap();
         assert_eq!(
             body,
             json!({
@@ -464,26 +512,29 @@ mod tests {
                     "name": "f", "description": "does f", "parameters": {"type": "object"}}}],
             })
         );
-        let streamed = request_body(
-            &ChatRequest::new(ModelPurpose::Agent, vec![]),
+        let empty = ChatRequest::new(ModelPurpose::Agent, vec![]);
+        let streamed = serde_json::to_value(request_body(
+            &empty,
             "m",
             BodyOptions {
                 stream: true,
                 send_reasoning_content: true,
                 ..options
             },
-        );
+        ))
+        .unwrap();
         assert_eq!(streamed["stream"], json!(true));
         assert_eq!(streamed["stream_options"], json!({"include_usage": true}));
         assert!(streamed.get("tools").is_none());
-        let with_reasoning = request_body(
+        let with_reasoning = serde_json::to_value(request_body(
             &req,
             "m",
             BodyOptions {
                 send_reasoning_content: true,
                 ..options
             },
-        );
+        ))
+        .unwrap();
         assert_eq!(with_reasoning["messages"][1]["reasoning_content"], "hmm");
     }
 }

@@ -307,7 +307,14 @@ fn update_status(
         row.level,
         row.created_at,
     ];
-    if_status(connection, columns, expected, UPDATE_STATUS_IF_STATUS, UPDATE_STATUS, tails)
+    if_status(
+        connection,
+        columns,
+        expected,
+        UPDATE_STATUS_IF_STATUS,
+        UPDATE_STATUS,
+        tails,
+    )
 }
 
 /// Runs the update `with` (the expected status bound after `columns`) or `without`.
@@ -353,7 +360,14 @@ fn update_all(
         row.record,
         row.id,
     ];
-    if_status(connection, columns, expected, UPDATE_ALL_IF_STATUS, UPDATE_ALL, tails)
+    if_status(
+        connection,
+        columns,
+        expected,
+        UPDATE_ALL_IF_STATUS,
+        UPDATE_ALL,
+        tails,
+    )
 }
 
 /// Appends history to an existing task.

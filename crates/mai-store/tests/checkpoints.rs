@@ -19,7 +19,9 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 async fn committed_pages_reach_the_database_file_while_it_stays_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.db");
-    let db = Database::open(&path, &SqliteOptions::default()).await.unwrap();
+    let db = Database::open(&path, &SqliteOptions::default())
+        .await
+        .unwrap();
     db.write(|c| c.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)"))
         .await
         .unwrap()
@@ -57,6 +59,9 @@ async fn the_writer_connection_never_checkpoints_inside_its_commits() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(pages, 0, "the writer must leave checkpoints to their own thread");
+    assert_eq!(
+        pages, 0,
+        "the writer must leave checkpoints to their own thread"
+    );
     db.close().await;
 }
