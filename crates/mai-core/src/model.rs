@@ -124,8 +124,8 @@ impl ChatMessage {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the arguments (an object schema).
-    pub parameters: Value,
+    /// JSON Schema of the arguments (an object schema); shared, as it is sent every round.
+    pub parameters: std::sync::Arc<Value>,
 }
 
 /// What a request is for; each purpose maps to a configured model name (`[llm].models`), so a
@@ -474,7 +474,7 @@ mod tests {
             .with_tools(vec![ToolSpec {
                 name: "t".into(),
                 description: "d".into(),
-                parameters: json!({"type": "object"}),
+                parameters: json!({"type": "object"}).into(),
             }])
             .with_temperature(0.5)
             .with_max_tokens(10);

@@ -488,7 +488,7 @@ mod tests {
         .with_tools(vec![ToolSpec {
             name: "f".into(),
             description: "does f".into(),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
         }]);
         let options = BodyOptions {
             stream: false,

@@ -45,7 +45,7 @@ async fn scripted_model_records_the_requests_it_answered() {
     let first = request(ModelPurpose::Agent, "what runs?").with_tools(vec![ToolSpec {
         name: "list_my_tasks".into(),
         description: "List".into(),
-        parameters: json!({"type": "object"}),
+        parameters: json!({"type": "object"}).into(),
     }]);
 
     let response = model.complete(&first).await.unwrap();

@@ -237,7 +237,7 @@ async fn request_carries_tools_history_and_sampling_settings() {
     .with_tools(vec![ToolSpec {
         name: "run_command".into(),
         description: "Run a shell command".into(),
-        parameters: json!({"type": "object", "properties": {"cmd": {"type": "string"}}}),
+        parameters: json!({"type": "object", "properties": {"cmd": {"type": "string"}}}).into(),
     }])
     .with_temperature(0.25)
     .with_max_tokens(256);

@@ -80,7 +80,7 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: parameters.into(),
         }
     }
 

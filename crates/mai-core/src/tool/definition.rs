@@ -110,7 +110,8 @@ pub fn validate_tool_name(name: &str) -> Result<(), ToolDefinitionError> {
 pub struct ToolDefinition {
     name: String,
     description: String,
-    parameters: Value,
+    /// Shared with every request that presents the tool (a schema is kilobytes).
+    parameters: Arc<Value>,
     visibility: Visibility,
     min_role: Role,
     effects: Effects,
@@ -145,7 +146,7 @@ impl ToolDefinition {
         Ok(ToolDefinition {
             name,
             description: description.into(),
-            parameters,
+            parameters: Arc::new(parameters),
             visibility,
             min_role,
             effects: Effects::NONE,
@@ -209,7 +210,7 @@ impl ToolDefinition {
         crate::model::ToolSpec {
             name: self.name.clone(),
             description: self.description.clone(),
-            parameters: self.parameters.clone(),
+            parameters: Arc::clone(&self.parameters),
         }
     }
 
