@@ -14,25 +14,20 @@ use crate::codec::{LogLine, TaskRow, parse_status};
 use crate::error::{db, is_unique_violation};
 use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
 
-/// What every update returns, saving a query: the stored status-log tail as JSON `[seq, at,
-/// status, actor, reason]` (NULL when empty) and the next history number.
-macro_rules! returning_tails {
-    () => {
-        " RETURNING \
-         (SELECT json_array(l.seq, l.at, l.status, l.actor, l.reason) \
-          FROM task_status_log l WHERE l.task_id = tasks.id ORDER BY l.seq DESC LIMIT 1), \
-         (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h WHERE h.task_id = tasks.id)"
-    };
-}
+/// What a save needs after its update: the stored status-log tail as JSON `[seq, at, status,
+/// actor, reason]` (NULL when empty) and the next history number. A separate statement, not a
+/// `RETURNING` clause: SQLite buffers returned rows in a temporary b-tree it opens and frees on
+/// every update, which cost more than this second lookup.
+const SELECT_TAILS: &str = "SELECT \
+     (SELECT json_array(l.seq, l.at, l.status, l.actor, l.reason) \
+      FROM task_status_log l WHERE l.task_id = ?1 ORDER BY l.seq DESC LIMIT 1), \
+     (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h WHERE h.task_id = ?1)";
 
 /// The common write (a checkpoint within one status): only columns no index covers change, so
 /// SQLite rewrites no index entry. It matches only if every indexed column, the status
 /// included, already holds the record's value; otherwise the full update runs.
-const UPDATE_UNINDEXED: &str = concat!(
-    "UPDATE tasks SET updated_at = ?, record = ? WHERE id = ? AND status = ? AND title = ? \
-     AND owner = ? AND stream_id = ? AND level = ? AND created_at = ?",
-    returning_tails!()
-);
+const UPDATE_UNINDEXED: &str = "UPDATE tasks SET updated_at = ?, record = ? WHERE id = ? \
+     AND status = ? AND title = ? AND owner = ? AND stream_id = ? AND level = ? AND created_at = ?";
 
 /// A status change: of the indexes only those on the status (and the partial ones that depend
 /// on it) are rewritten. It matches only if every other indexed column already holds the
@@ -43,7 +38,6 @@ macro_rules! update_status {
             "UPDATE tasks SET status = ?, updated_at = ?, record = ? WHERE id = ? AND title = ? \
              AND owner = ? AND stream_id = ? AND level = ? AND created_at = ?",
             $condition,
-            returning_tails!()
         )
     };
 }
@@ -57,14 +51,13 @@ macro_rules! update_all {
             "UPDATE tasks SET title = ?, owner = ?, stream_id = ?, status = ?, level = ?, \
              created_at = ?, updated_at = ?, record = ? WHERE id = ?",
             $condition,
-            returning_tails!()
         )
     };
 }
 const UPDATE_ALL_IF_STATUS: &str = update_all!(" AND status = ?");
 const UPDATE_ALL: &str = update_all!("");
 
-/// The row returned by an update: see [`returning_tails`].
+/// The row of [`SELECT_TAILS`].
 type Tails = (Option<String>, i64);
 
 /// Why a group of writes wrote nothing.
@@ -237,20 +230,20 @@ fn save_in(
             Some(_) => {}
         }
     }
-    let mut updated = None;
+    let mut updated = false;
     if save
         .expected
         .is_none_or(|expected| expected.as_str() == row.status)
     {
         updated = update_unindexed(connection, row).map_err(db(doing))?;
     }
-    if updated.is_none() {
+    if !updated {
         updated = update_status(connection, row, save.expected).map_err(db(doing))?;
     }
-    if updated.is_none() {
+    if !updated {
         updated = update_all(connection, row, save.expected).map_err(db(doing))?;
     }
-    let Some((log_tail, next_history_seq)) = updated else {
+    if !updated {
         let actual: Option<String> = connection
             .prepare_cached("SELECT status FROM tasks WHERE id = ?")
             .and_then(|mut select| select.query_row([&row.id], |r| r.get(0)).optional())
@@ -259,43 +252,43 @@ fn save_in(
             None => Err(StoreError::NotFound(save.id)),
             Some(actual) => conflict(actual),
         };
-    };
+    }
+    let (log_tail, next_history_seq): Tails = connection
+        .prepare_cached(SELECT_TAILS)
+        .and_then(|mut select| select.query_row([&row.id], |r| Ok((r.get(0)?, r.get(1)?))))
+        .map_err(db(doing))?;
     let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
     append_new_log_lines(connection, &row.id, tail, &save.log, doing)?;
     insert_history(connection, &row.id, next_history_seq, &save.history, doing)?;
     Ok(None)
 }
 
-/// [`UPDATE_UNINDEXED`]: `None` when the row does not match (another status, another indexed
+/// [`UPDATE_UNINDEXED`]: `false` when the row does not match (another status, another indexed
 /// value, or no such task).
-fn update_unindexed(connection: &Connection, row: &TaskRow) -> rusqlite::Result<Option<Tails>> {
+fn update_unindexed(connection: &Connection, row: &TaskRow) -> rusqlite::Result<bool> {
     let mut update = connection.prepare_cached(UPDATE_UNINDEXED)?;
     update
-        .query_row(
-            params![
-                row.updated_at,
-                row.record,
-                row.id,
-                row.status,
-                row.title,
-                row.owner,
-                row.stream_id,
-                row.level,
-                row.created_at,
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
+        .execute(params![
+            row.updated_at,
+            row.record,
+            row.id,
+            row.status,
+            row.title,
+            row.owner,
+            row.stream_id,
+            row.level,
+            row.created_at,
+        ])
+        .map(|changed| changed > 0)
 }
 
-/// [`UPDATE_STATUS`]: `None` when another indexed column changed, the stored status is not
+/// [`UPDATE_STATUS`]: `false` when another indexed column changed, the stored status is not
 /// `expected`, or there is no such task.
 fn update_status(
     connection: &Connection,
     row: &TaskRow,
     expected: Option<TaskStatus>,
-) -> rusqlite::Result<Option<Tails>> {
-    let tails = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+) -> rusqlite::Result<bool> {
     let columns = params![
         row.status,
         row.updated_at,
@@ -313,42 +306,37 @@ fn update_status(
         expected,
         UPDATE_STATUS_IF_STATUS,
         UPDATE_STATUS,
-        tails,
     )
 }
 
-/// Runs the update `with` (the expected status bound after `columns`) or `without`.
-fn if_status<T>(
+/// Runs the update `with` (the expected status bound after `columns`) or `without`; whether
+/// it changed the row.
+fn if_status(
     connection: &Connection,
     columns: &[&dyn rusqlite::ToSql],
     expected: Option<TaskStatus>,
     with: &str,
     without: &str,
-    map: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> rusqlite::Result<Option<T>> {
-    match expected {
+) -> rusqlite::Result<bool> {
+    let changed = match expected {
         Some(expected) => {
             let mut all = columns.to_vec();
             let expected = expected.as_str();
             all.push(&expected);
-            let mut update = connection.prepare_cached(with)?;
-            update.query_row(all.as_slice(), map).optional()
+            connection.prepare_cached(with)?.execute(all.as_slice())?
         }
-        None => {
-            let mut update = connection.prepare_cached(without)?;
-            update.query_row(columns, map).optional()
-        }
-    }
+        None => connection.prepare_cached(without)?.execute(columns)?,
+    };
+    Ok(changed > 0)
 }
 
-/// The full compare-and-set update: `None` when the stored status is not `expected` or there
+/// The full compare-and-set update: `false` when the stored status is not `expected` or there
 /// is no such task.
 fn update_all(
     connection: &Connection,
     row: &TaskRow,
     expected: Option<TaskStatus>,
-) -> rusqlite::Result<Option<Tails>> {
-    let tails = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+) -> rusqlite::Result<bool> {
     let columns = params![
         row.title,
         row.owner,
@@ -366,7 +354,6 @@ fn update_all(
         expected,
         UPDATE_ALL_IF_STATUS,
         UPDATE_ALL,
-        tails,
     )
 }
 
