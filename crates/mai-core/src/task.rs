@@ -285,6 +285,8 @@ pub struct TaskRecord {
     /// 0 = unlimited.
     pub max_runtime_min: u32,
     pub metadata: TaskMetadata,
+    /// Defaults to empty when decoding: the store keeps the log in its own table.
+    #[serde(default)]
     pub status_log: Vec<StatusChange>,
 }
 

@@ -10,6 +10,7 @@ use mai_core::task::{StatusChange, TaskId, TaskLevel, TaskRecord, TaskStatus};
 use uuid::Uuid;
 
 use crate::error::corrupt;
+use crate::without_field::WithoutField;
 
 /// The record's JSON key that lives in its own table instead.
 const STATUS_LOG_KEY: &str = "status_log";
@@ -71,11 +72,11 @@ pub(crate) struct TaskRow {
 
 impl TaskRow {
     pub(crate) fn encode(task: &TaskRecord) -> Result<Self, StoreError> {
-        let mut json = serde_json::to_value(task)
-            .map_err(|error| corrupt(task.id, format!("cannot encode the record: {error}")))?;
-        if let Some(fields) = json.as_object_mut() {
-            fields.remove(STATUS_LOG_KEY);
-        }
+        let record = serde_json::to_string(&WithoutField {
+            value: task,
+            skip: STATUS_LOG_KEY,
+        })
+        .map_err(|error| corrupt(task.id, format!("cannot encode the record: {error}")))?;
         Ok(TaskRow {
             id: id_key(task.id),
             title: task.title.clone(),
@@ -85,7 +86,7 @@ impl TaskRow {
             level: level_text(task.level),
             created_at: time_text(task.created_at),
             updated_at: time_text(task.updated_at),
-            record: json.to_string(),
+            record,
             requester: task.requester().map(ToString::to_string),
             created_by: task
                 .metadata
@@ -136,16 +137,8 @@ pub(crate) fn decode_task(
     status_log: &str,
 ) -> Result<TaskRecord, StoreError> {
     let shown = display_key(key);
-    let mut json: serde_json::Value = serde_json::from_str(record)
-        .map_err(|error| corrupt(&shown, format!("the record is not JSON: {error}")))?;
-    let Some(fields) = json.as_object_mut() else {
-        return Err(corrupt(&shown, "the record is not a JSON object"));
-    };
-    fields.insert(
-        STATUS_LOG_KEY.to_owned(),
-        serde_json::Value::Array(Vec::new()),
-    );
-    let mut task: TaskRecord = serde_json::from_value(json)
+    // The record holds no status log (the encoder leaves it out; the field defaults to empty).
+    let mut task: TaskRecord = serde_json::from_str(record)
         .map_err(|error| corrupt(&shown, format!("the record does not decode: {error}")))?;
     if id_key(task.id) != key {
         return Err(corrupt(

@@ -19,6 +19,7 @@ mod read;
 mod schema;
 mod sqlite;
 mod status_log;
+mod without_field;
 mod write;
 mod writer;
 
