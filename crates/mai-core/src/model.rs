@@ -124,8 +124,72 @@ impl ChatMessage {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the arguments (an object schema); shared, as it is sent every round.
-    pub parameters: std::sync::Arc<Value>,
+    /// JSON Schema of the arguments (an object schema).
+    pub parameters: ToolSchema,
+}
+
+/// A tool's argument schema as models see it: the JSON value and its compact JSON text, both
+/// made once and shared — a schema is kilobytes and goes out with every round, so requests
+/// copy the text instead of serializing the value again. Serializes as that text.
+#[derive(Clone)]
+pub struct ToolSchema(Arc<SchemaParts>);
+
+struct SchemaParts {
+    value: Value,
+    /// `value` as compact JSON; `None` only if it could not be written (it always can).
+    text: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl ToolSchema {
+    pub fn new(value: Value) -> Self {
+        let text = serde_json::value::to_raw_value(&value).ok();
+        ToolSchema(Arc::new(SchemaParts { value, text }))
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl From<Value> for ToolSchema {
+    fn from(value: Value) -> Self {
+        ToolSchema::new(value)
+    }
+}
+
+impl std::ops::Deref for ToolSchema {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl std::fmt::Debug for ToolSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.value.fmt(f)
+    }
+}
+
+impl PartialEq for ToolSchema {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.value == other.0.value
+    }
+}
+
+impl Serialize for ToolSchema {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0.text {
+            Some(text) => text.serialize(serializer),
+            None => self.0.value.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolSchema {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(ToolSchema::new)
+    }
 }
 
 /// What a request is for; each purpose maps to a configured model name (`[llm].models`), so a

@@ -7,7 +7,7 @@
 //! chunks are assembled in `stream`.
 
 use mai_core::model::{
-    ChatMessage, ChatRequest, ChatResponse, FinishReason, MessageRole, ToolCall, Usage,
+    ChatMessage, ChatRequest, ChatResponse, FinishReason, MessageRole, ToolCall, ToolSchema, Usage,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -64,7 +64,7 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: &'a ToolSchema,
 }
 
 #[derive(Debug, Serialize)]

@@ -8,7 +8,6 @@ use std::sync::OnceLock;
 
 use mai_core::model::ToolSpec;
 use serde::Serialize;
-use serde_json::Value;
 use tiktoken_rs::CoreBPE;
 
 /// The request's `tools` array entry: `{"type":"function","function":{…}}`, fields in the order
@@ -23,7 +22,7 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: &'a mai_core::model::ToolSchema,
 }
 
 /// cl100k tokens of `tools` serialized as a request's `tools` array (compact JSON).
@@ -76,7 +75,7 @@ mod tests {
 
     use super::*;
 
-    fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
+    fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpec {
         ToolSpec {
             name: name.into(),
             description: description.into(),

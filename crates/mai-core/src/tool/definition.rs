@@ -111,7 +111,7 @@ pub struct ToolDefinition {
     name: String,
     description: String,
     /// Shared with every request that presents the tool (a schema is kilobytes).
-    parameters: Arc<Value>,
+    parameters: crate::model::ToolSchema,
     visibility: Visibility,
     min_role: Role,
     effects: Effects,
@@ -146,7 +146,7 @@ impl ToolDefinition {
         Ok(ToolDefinition {
             name,
             description: description.into(),
-            parameters: Arc::new(parameters),
+            parameters: parameters.into(),
             visibility,
             min_role,
             effects: Effects::NONE,
@@ -210,7 +210,7 @@ impl ToolDefinition {
         crate::model::ToolSpec {
             name: self.name.clone(),
             description: self.description.clone(),
-            parameters: Arc::clone(&self.parameters),
+            parameters: self.parameters.clone(),
         }
     }
 
