@@ -63,13 +63,9 @@ async fn build_with(
     metrics: Option<&Metrics>,
     serving: bool,
 ) -> Result<App> {
-    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
-        format!(
-            "cannot create the data directory {}",
-            settings.data_dir.display()
-        )
-    })?;
+    crate::data_dir::prepare(&settings.data_dir)?;
     let path = settings.database_path();
+    crate::data_dir::private_database(&path)?;
     // One file, opened once: the host's tables live next to the tasks, read through the same
     // readers and written through the same writer, in one queue with the store's writes.
     let options = SqliteOptions {

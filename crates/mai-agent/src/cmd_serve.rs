@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::{self, App, ModelChoice};
+use crate::instance::InstanceLock;
 use crate::settings::Settings;
 
 /// How many received chat messages may wait for the pipeline before channels slow down.
@@ -38,8 +39,11 @@ pub struct ServeArgs {
 /// Runs until SIGINT/SIGTERM; returns after a graceful stop.
 pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let config = settings.config.clone();
+    // One engine per data dir: a second `serve` refuses before it binds or opens anything.
+    let lock = InstanceLock::acquire(&settings.data_dir, "serve")?;
     // Bind before anything starts, so a taken port fails fast and changes nothing.
     let (listener, local) = bind(&config, args.listen).await?;
+    lock.set_api(local)?;
     let (state, mcp) = start_services(&settings).await?;
     let channels = Channels::start(&state, &config);
     let _reloader = match &settings.config_path {
@@ -75,6 +79,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         Err(error) => tracing::warn!("HTTP server task failed: {error}"),
     }
     eprintln!("stopped");
+    drop(lock);
     Ok(())
 }
 
@@ -114,6 +119,8 @@ async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpM
         bridge,
         mcp,
     } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
+    // Before the start, so the tasks it resumes log their lives too.
+    mai_server::task_log::follow(&engine);
     engine.start().await.context("could not start the engine")?;
     let proxy = mcp.clone().map(|m| Arc::new(m) as Arc<dyn McpProxy>);
     let planner = mai_engine::planner_registry(&engine, proxy)

@@ -8,7 +8,10 @@ mod cmd_serve;
 mod cmd_task;
 mod cmd_tools;
 mod console;
+mod data_dir;
+mod instance;
 mod reload;
+mod remote;
 mod settings;
 
 use std::net::SocketAddr;
@@ -184,7 +187,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Task { command, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
-            cmd_task::run(app.engine, command, json).await?;
+            cmd_task::run(app.engine, &settings, command, json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp => {
@@ -235,6 +238,7 @@ async fn run_foreground(
     args: cmd_run::RunArgs,
     replay: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
+    let _lock = instance::InstanceLock::acquire(&settings.data_dir, "run")?;
     grant_console_role(&mut settings, args.role);
     let model = match replay {
         Some(path) => ModelChoice::Replay(path),

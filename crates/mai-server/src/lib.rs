@@ -11,6 +11,7 @@ pub mod inbound;
 pub mod mcp;
 pub mod metrics;
 pub mod state;
+pub mod task_log;
 
 pub use http::{HttpOptions, router};
 pub use inbound::{Inbound, InboundError, deliver};

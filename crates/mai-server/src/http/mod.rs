@@ -80,6 +80,7 @@ fn route_table() -> Vec<Route> {
         (Method::GET, "/v1/tasks/{id}", get(tasks::get)),
         (Method::POST, "/v1/tasks/{id}/cancel", post(tasks::cancel)),
         (Method::POST, "/v1/tasks/{id}/inject", post(tasks::inject)),
+        (Method::POST, "/v1/tasks/{id}/answer", post(tasks::answer)),
         (Method::GET, "/v1/tasks/{id}/history", get(tasks::history)),
         (Method::POST, "/v1/messages", post(messages::post)),
         (Method::GET, "/v1/planner/tools", get(planner::list_tools)),
