@@ -2,6 +2,7 @@
 //! command. Exit codes: 0 success, 1 the task did not complete, 2 usage or setup error.
 
 mod app;
+mod cmd_backup;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
@@ -89,6 +90,12 @@ enum Command {
     /// Serve the planner tools over MCP on stdin/stdout (for an MCP host that starts mai-agent);
     /// runs the engine until the host closes stdin. Logs go to stderr.
     Mcp,
+    /// Write a consistent copy of the database to FILE (a new SQLite file, mode 0600); works
+    /// while `serve` runs. Restore steps: docs/backup.md.
+    Backup {
+        /// Where the copy goes; must not exist yet.
+        file: PathBuf,
+    },
     /// Configuration helpers.
     Config {
         #[command(subcommand)]
@@ -192,6 +199,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Mcp => {
             cmd_mcp::run(&settings).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Backup { file } => {
+            cmd_backup::run(&settings, &file).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),

@@ -10,6 +10,7 @@
 //! seam where a backend other than SQLite would sit.
 
 mod agent_history;
+mod backup;
 mod checkpointer;
 mod codec;
 mod database;
@@ -23,6 +24,7 @@ mod without_field;
 mod write;
 mod writer;
 
+pub use backup::{BackupError, backup};
 pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
 pub use migrate::{MigrateError, Migration, Migrations};
 pub use read::AMBIGUOUS_LIMIT;
