@@ -39,6 +39,8 @@ pub struct App {
     pub bridge: Option<MaiBotHost>,
     /// The MCP client manager, when `[mcp] enabled` and servers are configured.
     pub mcp: Option<McpManager>,
+    /// The task store the engine runs on (for `serve`'s retention job).
+    pub store: SqliteStore,
 }
 
 /// Builds the engine (not started) over the database in the data directory; the tasks and the
@@ -114,7 +116,7 @@ async fn build_with(
         None => host.clone(),
     };
     let engine = Engine::new(EngineDeps {
-        store: Arc::new(store),
+        store: Arc::new(store.clone()),
         model,
         host: engine_host,
         registry: Arc::new(ToolRegistry::new()),
@@ -130,6 +132,7 @@ async fn build_with(
         host,
         bridge,
         mcp,
+        store,
     })
 }
 

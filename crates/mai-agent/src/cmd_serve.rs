@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::capabilities::McpProxy;
+use mai_core::clock::SystemClock;
 use mai_host::{IncomingMessage, OneBotChannel, OneBotHandle};
 use mai_mcp::McpManager;
 use mai_server::ServerState;
 use mai_server::http::HttpOptions;
 use mai_server::metrics::Metrics;
+use mai_store::SqliteStore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -25,6 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{self, App, ModelChoice};
 use crate::instance::InstanceLock;
+use crate::retention::Retention;
 use crate::settings::Settings;
 
 /// How many received chat messages may wait for the pipeline before channels slow down.
@@ -44,7 +47,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     // Bind before anything starts, so a taken port fails fast and changes nothing.
     let (listener, local) = bind(&config, args.listen).await?;
     lock.set_api(local)?;
-    let (state, mcp) = start_services(&settings).await?;
+    let (state, mcp, store) = start_services(&settings).await?;
     let channels = Channels::start(&state, &config);
     let _reloader = match &settings.config_path {
         Some(path) => Some(crate::reload::watch(
@@ -58,6 +61,12 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     // hold the graceful HTTP shutdown open forever.
     let stop = CancellationToken::new();
     let http = start_http(&state, &config, listener, stop.clone());
+    let retention = Retention {
+        store,
+        host: state.host.clone(),
+        storage: config.storage.clone(),
+    };
+    let _retention = retention.spawn(Arc::new(SystemClock), stop.clone());
     announce(
         &settings.data_dir,
         settings.config_path.as_ref(),
@@ -110,14 +119,18 @@ async fn bind(
 }
 
 /// Opens the store and the host, starts the engine and builds the planner tools: the state
-/// every front end serves from, and the MCP client manager (for reloads and the stop).
-async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpManager>)> {
+/// every front end serves from, the MCP client manager (for reloads and the stop) and the task
+/// store (for the retention job).
+async fn start_services(
+    settings: &Settings,
+) -> Result<(ServerState, Option<McpManager>, SqliteStore)> {
     let metrics = Metrics::new();
     let App {
         engine,
         host,
         bridge,
         mcp,
+        store,
     } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
     // Before the start, so the tasks it resumes log their lives too.
     mai_server::task_log::follow(&engine);
@@ -132,7 +145,7 @@ async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpM
         planner: Arc::new(planner),
         metrics,
     };
-    Ok((state, mcp))
+    Ok((state, mcp, store))
 }
 
 /// The chat channels and the inbound pipeline they feed.

@@ -13,6 +13,7 @@ mod data_dir;
 mod instance;
 mod reload;
 mod remote;
+mod retention;
 mod settings;
 
 use std::net::SocketAddr;

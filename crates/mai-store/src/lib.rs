@@ -17,6 +17,7 @@ mod database;
 mod error;
 mod migrate;
 mod read;
+mod retention;
 mod schema;
 mod sqlite;
 mod status_log;
