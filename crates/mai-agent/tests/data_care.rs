@@ -123,3 +123,37 @@ async fn a_backup_taken_while_serve_runs_restores_into_a_new_data_dir_with_the_t
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["metadata"]["answer"], "done", "{task}");
 }
+
+#[tokio::test]
+async fn an_older_build_refuses_a_database_a_newer_one_migrated_and_leaves_it_alone() {
+    let (model, _) = fake_model(|_, _| answer("done")).await;
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let created = mai(&data, &model).args(["task", "list"]).output().unwrap();
+    assert!(created.status.success(), "{created:?}");
+    // What a newer build's migration leaves in the file.
+    let db = rusqlite::Connection::open(data.join("mai-agent.db")).unwrap();
+    db.execute(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99, 'from the future', 1, x'00', 0)",
+        [],
+    )
+    .unwrap();
+    drop(db);
+
+    let refused = mai(&data, &model).args(["task", "list"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("schema version 99, newer than the newest this build"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("upgrade mai-agent"), "{stderr}");
+    let db = rusqlite::Connection::open(data.join("mai-agent.db")).unwrap();
+    let newest: i64 = db
+        .query_row("SELECT MAX(version) FROM _sqlx_migrations", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(newest, 99, "the file was changed");
+}
