@@ -107,6 +107,7 @@ async fn bind(
             )
         })?,
     };
+    check_exposure(&config.server, listen)?;
     let listener = TcpListener::bind(listen).await.with_context(|| {
         format!(
             "cannot listen on {listen}: is another mai-agent running? choose another with --listen"
@@ -116,6 +117,30 @@ async fn bind(
         .local_addr()
         .context("cannot read the listen address")?;
     Ok((listener, local))
+}
+
+/// Refuses to listen beyond loopback without `[server] auth_token`: every caller of the API acts
+/// as an admin (docs/security.md), so an open port would make anyone who reaches it one —
+/// unless `[server] allow_no_auth = true` says something in front of it guards it.
+fn check_exposure(server: &mai_core::config::ServerConfig, listen: SocketAddr) -> Result<()> {
+    let has_token = server.auth_token.as_deref().is_some_and(|t| !t.is_empty());
+    if listen.ip().is_loopback() || has_token {
+        return Ok(());
+    }
+    if server.allow_no_auth {
+        tracing::warn!(
+            "listening on {listen} without [server] auth_token ([server] allow_no_auth = true): \
+             anyone who can reach this address can act as an admin"
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to listen on {listen} without [server] auth_token: anyone who can reach this \
+         address could act as an admin (create tasks, run tools, read chats). Set [server] \
+         auth_token (or MAI_AGENT__SERVER__AUTH_TOKEN) and send it as a bearer token, or — if a \
+         firewall or an authenticating proxy guards the port — set [server] allow_no_auth = \
+         true. To keep it local, listen on 127.0.0.1."
+    )
 }
 
 /// Opens the store and the host, starts the engine and builds the planner tools: the state
@@ -188,6 +213,13 @@ impl Channels {
         let console = config.channels.console.enabled.then(|| {
             crate::console::spawn_reader(config.channels.console.user_id.clone(), inbound.clone())
         });
+        let health = state.metrics.health();
+        if let Some(onebot) = &onebot {
+            health.add_onebot("onebot", onebot.watch_status());
+        }
+        if console.is_some() {
+            health.add_local_channel("console");
+        }
         Channels {
             pipeline,
             deliveries,

@@ -5,6 +5,7 @@
 //! Everything here calls the engine's task manager facade and the planner registry; nothing
 //! reaches the store directly or decides a permission itself.
 
+pub mod health;
 pub mod host_context;
 pub mod http;
 pub mod inbound;
