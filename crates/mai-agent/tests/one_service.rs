@@ -285,3 +285,57 @@ async fn task_cancel_and_inject_from_the_cli_reach_a_running_serve() {
     );
     assert!(served.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_change_while_run_holds_the_data_dir_is_refused_naming_run() {
+    use std::io::{BufRead, Write};
+    let (model, _) = fake_model(ask_then_paint).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut run = mai(data.path(), &model)
+        .args(["run", "paint the fence", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines, said) = std::sync::mpsc::channel();
+    let stdout = run.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    // The task waits for the answer at run's terminal.
+    loop {
+        let line = said.recv_timeout(Duration::from_secs(60)).unwrap();
+        if line.contains("Which colour?") {
+            break;
+        }
+    }
+    let list = mai(data.path(), &model)
+        .args(["task", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(list.status.success(), "reading beside run: {list:?}");
+    let tasks: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let id = tasks[0]["id"].as_str().unwrap().to_owned();
+
+    let cancel = mai(data.path(), &model)
+        .args(["task", "cancel", &id[..8]])
+        .output()
+        .unwrap();
+    assert_eq!(cancel.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&cancel.stderr);
+    assert!(
+        stderr.contains(&format!("`mai-agent run` (pid {})", run.id())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no HTTP API"), "{stderr}");
+
+    // Nothing changed behind run's back: it finishes with the answer given at its terminal.
+    run.stdin.take().unwrap().write_all(b"blue\n").unwrap();
+    assert!(run.wait().unwrap().success());
+}
