@@ -90,6 +90,7 @@ fn tighten(_path: &Path, _mode: u32) -> Result<()> {
 
 #[cfg(all(test, unix))]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 

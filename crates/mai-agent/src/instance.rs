@@ -185,6 +185,7 @@ fn try_lock(_file: &File, _mode: Mode) -> std::io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

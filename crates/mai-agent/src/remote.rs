@@ -185,6 +185,7 @@ fn reachable(api: SocketAddr) -> SocketAddr {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

@@ -96,6 +96,7 @@ fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use chrono::TimeZone;
     use mai_core::host::Host;

@@ -201,6 +201,7 @@ fn time(at: DateTime<Utc>) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

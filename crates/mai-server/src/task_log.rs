@@ -8,6 +8,7 @@
 //! question or a title is cut to [`SHOWN`] characters).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use chrono::{DateTime, Utc};
 use mai_core::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
@@ -57,18 +58,15 @@ async fn log_event(engine: &Engine, known: &mut HashMap<TaskId, Known>, event: T
     ) {
         return;
     }
-    if !known.contains_key(&id) {
+    if let Entry::Vacant(slot) = known.entry(id) {
         let Some(record) = record(engine, id).await else {
             return;
         };
-        known.insert(
-            id,
-            Known {
-                title: cut(&record.title),
-                quiet: record.level == TaskLevel::Instant,
-                rounds: record.metadata.rounds,
-            },
-        );
+        slot.insert(Known {
+            title: cut(&record.title),
+            quiet: record.level == TaskLevel::Instant,
+            rounds: record.metadata.rounds,
+        });
     }
     let Some(task) = known.get(&id) else {
         return;
@@ -169,6 +167,7 @@ fn cut(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

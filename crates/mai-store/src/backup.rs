@@ -122,6 +122,7 @@ fn check(path: &Path) -> Result<(), BackupError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn database_with_a_row(path: &Path) -> Connection {
