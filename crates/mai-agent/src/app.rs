@@ -39,6 +39,8 @@ pub struct App {
     pub bridge: Option<MaiBotHost>,
     /// The MCP client manager, when `[mcp] enabled` and servers are configured.
     pub mcp: Option<McpManager>,
+    /// The task store the engine runs on (for `serve`'s retention job).
+    pub store: SqliteStore,
 }
 
 /// Builds the engine (not started) over the database in the data directory; the tasks and the
@@ -63,13 +65,9 @@ async fn build_with(
     metrics: Option<&Metrics>,
     serving: bool,
 ) -> Result<App> {
-    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
-        format!(
-            "cannot create the data directory {}",
-            settings.data_dir.display()
-        )
-    })?;
+    crate::data_dir::prepare(&settings.data_dir)?;
     let path = settings.database_path();
+    crate::data_dir::private_database(&path)?;
     // One file, opened once: the host's tables live next to the tasks, read through the same
     // readers and written through the same writer, in one queue with the store's writes.
     let options = SqliteOptions {
@@ -118,7 +116,7 @@ async fn build_with(
         None => host.clone(),
     };
     let engine = Engine::new(EngineDeps {
-        store: Arc::new(store),
+        store: Arc::new(store.clone()),
         model,
         host: engine_host,
         registry: Arc::new(ToolRegistry::new()),
@@ -134,6 +132,7 @@ async fn build_with(
         host,
         bridge,
         mcp,
+        store,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::settings::Settings;
 /// Serves until the client closes stdin, then stops the engine (running tasks are persisted and
 /// resume at the next start) and the MCP client connections.
 pub async fn run(settings: &Settings) -> Result<()> {
+    let _lock = crate::instance::InstanceLock::acquire(&settings.data_dir, "mcp")?;
     let app = app::build(settings, ModelChoice::Configured).await?;
     // The terminal chat normally prints to stdout, which is the protocol here.
     crate::console::connect_on_stderr(&app.host);

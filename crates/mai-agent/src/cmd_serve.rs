@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::capabilities::McpProxy;
+use mai_core::clock::SystemClock;
 use mai_host::{IncomingMessage, OneBotChannel, OneBotHandle};
 use mai_mcp::McpManager;
 use mai_server::ServerState;
 use mai_server::http::HttpOptions;
 use mai_server::metrics::Metrics;
+use mai_store::SqliteStore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -24,6 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::{self, App, ModelChoice};
+use crate::instance::InstanceLock;
+use crate::retention::Retention;
 use crate::settings::Settings;
 
 /// How many received chat messages may wait for the pipeline before channels slow down.
@@ -38,9 +42,12 @@ pub struct ServeArgs {
 /// Runs until SIGINT/SIGTERM; returns after a graceful stop.
 pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let config = settings.config.clone();
+    // One engine per data dir: a second `serve` refuses before it binds or opens anything.
+    let lock = InstanceLock::acquire(&settings.data_dir, "serve")?;
     // Bind before anything starts, so a taken port fails fast and changes nothing.
     let (listener, local) = bind(&config, args.listen).await?;
-    let (state, mcp) = start_services(&settings).await?;
+    lock.set_api(local)?;
+    let (state, mcp, store) = start_services(&settings).await?;
     let channels = Channels::start(&state, &config);
     let _reloader = match &settings.config_path {
         Some(path) => Some(crate::reload::watch(
@@ -54,6 +61,12 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     // hold the graceful HTTP shutdown open forever.
     let stop = CancellationToken::new();
     let http = start_http(&state, &config, listener, stop.clone());
+    let retention = Retention {
+        store,
+        host: state.host.clone(),
+        storage: config.storage.clone(),
+    };
+    let _retention = retention.spawn(Arc::new(SystemClock), stop.clone());
     announce(
         &settings.data_dir,
         settings.config_path.as_ref(),
@@ -75,6 +88,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         Err(error) => tracing::warn!("HTTP server task failed: {error}"),
     }
     eprintln!("stopped");
+    drop(lock);
     Ok(())
 }
 
@@ -93,6 +107,7 @@ async fn bind(
             )
         })?,
     };
+    check_exposure(&config.server, listen)?;
     let listener = TcpListener::bind(listen).await.with_context(|| {
         format!(
             "cannot listen on {listen}: is another mai-agent running? choose another with --listen"
@@ -104,16 +119,46 @@ async fn bind(
     Ok((listener, local))
 }
 
+/// Refuses to listen beyond loopback without `[server] auth_token`: every caller of the API acts
+/// as an admin (docs/security.md), so an open port would make anyone who reaches it one —
+/// unless `[server] allow_no_auth = true` says something in front of it guards it.
+fn check_exposure(server: &mai_core::config::ServerConfig, listen: SocketAddr) -> Result<()> {
+    let has_token = server.auth_token.as_deref().is_some_and(|t| !t.is_empty());
+    if listen.ip().is_loopback() || has_token {
+        return Ok(());
+    }
+    if server.allow_no_auth {
+        tracing::warn!(
+            "listening on {listen} without [server] auth_token ([server] allow_no_auth = true): \
+             anyone who can reach this address can act as an admin"
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to listen on {listen} without [server] auth_token: anyone who can reach this \
+         address could act as an admin (create tasks, run tools, read chats). Set [server] \
+         auth_token (or MAI_AGENT__SERVER__AUTH_TOKEN) and send it as a bearer token, or — if a \
+         firewall or an authenticating proxy guards the port — set [server] allow_no_auth = \
+         true. To keep it local, listen on 127.0.0.1."
+    )
+}
+
 /// Opens the store and the host, starts the engine and builds the planner tools: the state
-/// every front end serves from, and the MCP client manager (for reloads and the stop).
-async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpManager>)> {
+/// every front end serves from, the MCP client manager (for reloads and the stop) and the task
+/// store (for the retention job).
+async fn start_services(
+    settings: &Settings,
+) -> Result<(ServerState, Option<McpManager>, SqliteStore)> {
     let metrics = Metrics::new();
     let App {
         engine,
         host,
         bridge,
         mcp,
+        store,
     } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
+    // Before the start, so the tasks it resumes log their lives too.
+    mai_server::task_log::follow(&engine);
     engine.start().await.context("could not start the engine")?;
     let proxy = mcp.clone().map(|m| Arc::new(m) as Arc<dyn McpProxy>);
     let planner = mai_engine::planner_registry(&engine, proxy)
@@ -125,7 +170,7 @@ async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpM
         planner: Arc::new(planner),
         metrics,
     };
-    Ok((state, mcp))
+    Ok((state, mcp, store))
 }
 
 /// The chat channels and the inbound pipeline they feed.
@@ -168,6 +213,13 @@ impl Channels {
         let console = config.channels.console.enabled.then(|| {
             crate::console::spawn_reader(config.channels.console.user_id.clone(), inbound.clone())
         });
+        let health = state.metrics.health();
+        if let Some(onebot) = &onebot {
+            health.add_onebot("onebot", onebot.watch_status());
+        }
+        if console.is_some() {
+            health.add_local_channel("console");
+        }
         Channels {
             pipeline,
             deliveries,

@@ -1,4 +1,6 @@
-//! `mai-agent task list|status|history|cancel|ask`: the local store, as the machine's admin.
+//! `mai-agent task list|status|history|cancel|ask|inject`: the local store, as the machine's
+//! admin. Changes (`cancel`, `ask`, `inject`) go to the running `serve` when there is one
+//! (`remote.rs` decides where), so they take effect at once instead of waiting for a restart.
 
 use std::sync::Arc;
 
@@ -11,6 +13,8 @@ use mai_engine::Engine;
 use mai_engine::{Caller, Door};
 
 use crate::console::{CONSOLE_PLATFORM, CONSOLE_USER};
+use crate::remote::{self, Target};
+use crate::settings::Settings;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TaskCommand {
@@ -31,6 +35,8 @@ pub enum TaskCommand {
     Cancel { task: String },
     /// Answer a task that waits for input.
     Ask { task: String, text: String },
+    /// Add an instruction to a running agent task (or answer a waiting one).
+    Inject { task: String, instruction: String },
 }
 
 fn operator() -> Result<Caller> {
@@ -45,8 +51,16 @@ fn operator() -> Result<Caller> {
     })
 }
 
-pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Result<()> {
+pub async fn run(
+    engine: Arc<Engine>,
+    settings: &Settings,
+    command: TaskCommand,
+    as_json: bool,
+) -> Result<()> {
     let caller = operator()?;
+    if let Target::Serve(serve) = remote::target_of(settings, &command)? {
+        return through_serve(&serve, command).await;
+    }
     match command {
         TaskCommand::List { status, limit } => {
             let filter = TaskFilter {
@@ -89,12 +103,61 @@ pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Re
         TaskCommand::Ask { task, text } => {
             let task = engine.answer(&caller, &task, &text).await?;
             println!(
-                "answered task {}; it continues when the service runs it",
+                "answered task {}; no service runs on this data directory, so it continues when \
+                 `mai-agent serve` starts (or `mai-agent run --resume {}`)",
+                task.id.short(),
                 task.id.short()
             );
         }
+        TaskCommand::Inject { task, instruction } => {
+            let before = engine.resolve(&caller, &task).await?;
+            let task = engine.inject(&caller, &task, &instruction).await?;
+            print_injected(&task, before.status == TaskStatus::WaitingInput, false);
+        }
     }
     Ok(())
+}
+
+/// `cancel`, `ask`, `inject` sent to the running `serve`, which applies them at once.
+async fn through_serve(serve: &remote::Remote, command: TaskCommand) -> Result<()> {
+    match command {
+        TaskCommand::Cancel { task } => {
+            let changed = serve.cancel(&task).await?;
+            let task = &changed.task;
+            if changed.flag {
+                println!("task {} stops at its next step", task.id.short());
+            } else {
+                println!("task {} cancelled (was {})", task.id.short(), task.status);
+            }
+        }
+        TaskCommand::Ask { task, text } => {
+            let task = serve.answer(&task, &text).await?.task;
+            println!(
+                "answered task {}; the running service continues it now",
+                task.id.short()
+            );
+        }
+        TaskCommand::Inject { task, instruction } => {
+            let changed = serve.inject(&task, &instruction).await?;
+            print_injected(&changed.task, changed.flag, true);
+        }
+        TaskCommand::List { .. } | TaskCommand::Status { .. } | TaskCommand::History { .. } => {}
+    }
+    Ok(())
+}
+
+fn print_injected(task: &TaskRecord, answered: bool, live: bool) {
+    let what = if answered {
+        "answered the question of"
+    } else {
+        "added the instruction to"
+    };
+    let when = if live {
+        "the running service applies it now"
+    } else {
+        "it applies when `mai-agent serve` runs the task"
+    };
+    println!("{what} task {}; {when}", task.id.short());
 }
 
 /// One line per task: id prefix, status, level, title.

@@ -2,13 +2,18 @@
 //! command. Exit codes: 0 success, 1 the task did not complete, 2 usage or setup error.
 
 mod app;
+mod cmd_backup;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
 mod cmd_task;
 mod cmd_tools;
 mod console;
+mod data_dir;
+mod instance;
 mod reload;
+mod remote;
+mod retention;
 mod settings;
 
 use std::net::SocketAddr;
@@ -86,6 +91,12 @@ enum Command {
     /// Serve the planner tools over MCP on stdin/stdout (for an MCP host that starts mai-agent);
     /// runs the engine until the host closes stdin. Logs go to stderr.
     Mcp,
+    /// Write a consistent copy of the database to FILE (a new SQLite file, mode 0600); works
+    /// while `serve` runs. Restore steps: docs/backup.md.
+    Backup {
+        /// Where the copy goes; must not exist yet.
+        file: PathBuf,
+    },
     /// Configuration helpers.
     Config {
         #[command(subcommand)]
@@ -184,11 +195,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Task { command, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
-            cmd_task::run(app.engine, command, json).await?;
+            cmd_task::run(app.engine, &settings, command, json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp => {
             cmd_mcp::run(&settings).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Backup { file } => {
+            cmd_backup::run(&settings, &file).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),
@@ -235,6 +250,7 @@ async fn run_foreground(
     args: cmd_run::RunArgs,
     replay: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
+    let _lock = instance::InstanceLock::acquire(&settings.data_dir, "run")?;
     grant_console_role(&mut settings, args.role);
     let model = match replay {
         Some(path) => ModelChoice::Replay(path),

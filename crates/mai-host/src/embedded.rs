@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use mai_core::clock::{Clock, SystemClock};
 use mai_core::host::{
     ChatLine, ChatTarget, Delivery, Host, HostError, Jargon, MemoryQuery, Person, Persona,
@@ -208,6 +209,24 @@ impl EmbeddedHost {
             notes::context_notes(conn, &stream, limit)
         })
         .await
+    }
+
+    /// Deletes the stored chat messages older than `before` (`[storage] keep_messages_days`),
+    /// in small writes so live messages queued meanwhile wait little; returns how many.
+    pub async fn prune_messages(&self, before: DateTime<Utc>) -> Result<u64, HostError> {
+        let before = to_millis(before);
+        let mut deleted = 0;
+        loop {
+            let batch = self
+                .write("delete old messages", move |conn| {
+                    crate::ingest::prune_messages(conn, before)
+                })
+                .await?;
+            deleted += batch as u64;
+            if batch < crate::ingest::PRUNE_BATCH {
+                return Ok(deleted);
+            }
+        }
     }
 
     /// Runs `job` on a reader connection.

@@ -127,3 +127,18 @@ pub(crate) fn insert_message(
     .scalar(conn)
     .map_err(db("store a message"))
 }
+
+/// Stored messages deleted per write by [`prune_messages`].
+pub(crate) const PRUNE_BATCH: usize = 500;
+
+/// Deletes up to [`PRUNE_BATCH`] stored messages (the bot's and people's) older than `before_ms`,
+/// oldest first; their search index entries go with them (a trigger). Streams, people and
+/// membership stay. Returns how many were deleted.
+pub(crate) fn prune_messages(conn: &Connection, before_ms: i64) -> Result<usize, HostError> {
+    conn.execute(
+        "DELETE FROM host_messages WHERE message_id IN (SELECT message_id FROM host_messages \
+         WHERE at < ?1 ORDER BY at LIMIT ?2)",
+        rusqlite::params![before_ms, PRUNE_BATCH as i64],
+    )
+    .map_err(db("delete old messages"))
+}

@@ -5,12 +5,14 @@
 //! Everything here calls the engine's task manager facade and the planner registry; nothing
 //! reaches the store directly or decides a permission itself.
 
+pub mod health;
 pub mod host_context;
 pub mod http;
 pub mod inbound;
 pub mod mcp;
 pub mod metrics;
 pub mod state;
+pub mod task_log;
 
 pub use http::{HttpOptions, router};
 pub use inbound::{Inbound, InboundError, deliver};

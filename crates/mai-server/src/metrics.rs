@@ -3,7 +3,8 @@
 //!
 //! Owns the metric families and how they are fed: agent rounds and tool calls are counted from
 //! the engine's event stream ([`Metrics::follow`]), model latency by the [`MeteredModel`]
-//! decorator the binary wraps around the model before building the engine, and tasks by state
+//! decorator the binary wraps around the model before building the engine (which also records
+//! each call's outcome in the [`Health`] the metrics carry for `GET /v1/health`), and tasks by state
 //! are read through the task manager facade at scrape time (the store is the truth, events are
 //! best-effort). Must not: reach the store directly, or block the engine (a slow scrape never
 //! holds up an event sender: the broadcast channel buffers).
@@ -27,6 +28,8 @@ use mai_engine::Caller;
 use mai_engine::Engine;
 use mai_engine::EngineError;
 use mai_engine::TaskEvent;
+
+use crate::health::Health;
 
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -94,6 +97,8 @@ struct Inner {
     lagged: Counter,
     bridge_connected: Gauge,
     bridge_held: Gauge,
+    /// What `GET /v1/health` reports; carried here so every door with the metrics has it.
+    health: Health,
     /// The engine's event stream, once [`Metrics::follow`] was called.
     feed: Mutex<Option<Arc<EventFeed>>>,
     /// Serializes setting the task gauges and encoding, so two scrapes never interleave.
@@ -178,14 +183,20 @@ impl Metrics {
                 lagged,
                 bridge_connected,
                 bridge_held,
+                health: Health::new(),
                 feed: Mutex::new(None),
                 render: tokio::sync::Mutex::new(()),
             }),
         }
     }
 
-    /// Wraps a model so every call's latency is measured; the binary installs this when it
-    /// builds the engine.
+    /// The service's health record (`GET /v1/health`).
+    pub fn health(&self) -> &Health {
+        &self.inner.health
+    }
+
+    /// Wraps a model so every call's latency is measured (and its outcome recorded for
+    /// `GET /v1/health`); the binary installs this when it builds the engine.
     pub fn meter(&self, model: Arc<dyn ChatModel>) -> Arc<dyn ChatModel> {
         Arc::new(MeteredModel {
             inner: model,
@@ -294,7 +305,9 @@ impl Metrics {
         }
     }
 
-    fn observe_model_call(&self, purpose: &str, ok: bool, seconds: f64) {
+    fn observe_model_call(&self, purpose: &str, error: Option<&ModelError>, seconds: f64) {
+        let ok = error.is_none();
+        self.inner.health.model_call(error.map(ToString::to_string));
         self.inner
             .model_latency
             .get_or_create(&ModelLabels {
@@ -374,7 +387,7 @@ impl ChatModel for MeteredModel {
         let result = self.inner.complete(req).await;
         self.metrics.observe_model_call(
             req.purpose.as_str(),
-            result.is_ok(),
+            result.as_ref().err(),
             started.elapsed().as_secs_f64(),
         );
         result
@@ -389,7 +402,7 @@ impl ChatModel for MeteredModel {
         let result = self.inner.complete_streaming(req, on_delta).await;
         self.metrics.observe_model_call(
             req.purpose.as_str(),
-            result.is_ok(),
+            result.as_ref().err(),
             started.elapsed().as_secs_f64(),
         );
         result

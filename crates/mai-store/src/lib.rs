@@ -10,12 +10,14 @@
 //! seam where a backend other than SQLite would sit.
 
 mod agent_history;
+mod backup;
 mod checkpointer;
 mod codec;
 mod database;
 mod error;
 mod migrate;
 mod read;
+mod retention;
 mod schema;
 mod sqlite;
 mod status_log;
@@ -23,6 +25,7 @@ mod without_field;
 mod write;
 mod writer;
 
+pub use backup::{BackupError, backup};
 pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
 pub use migrate::{MigrateError, Migration, Migrations};
 pub use read::AMBIGUOUS_LIMIT;

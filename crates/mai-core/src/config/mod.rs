@@ -340,7 +340,7 @@ pub struct PluginApiConfig {
 }
 
 /// `[storage]`: where tasks live.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     /// A database URL; default: `sqlite://<data_dir>/mai-agent.db`.
@@ -349,6 +349,23 @@ pub struct StorageConfig {
     /// `full` (synced to disk before it returns; survives a power loss too, at the cost of one
     /// sync per commit).
     pub synchronous: SyncMode,
+    /// Stored chat messages of the embedded host older than this many days are deleted by
+    /// `serve` in the background; 0 keeps them forever.
+    pub keep_messages_days: u32,
+    /// Finished tasks (completed, failed, cancelled) with their history, this many days after
+    /// they finished; 0 keeps them forever. Usage records are never deleted.
+    pub keep_finished_days: u32,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            url: None,
+            synchronous: SyncMode::default(),
+            keep_messages_days: 90,
+            keep_finished_days: 30,
+        }
+    }
 }
 
 /// `[storage] synchronous`: SQLite's `synchronous` setting for the database file.

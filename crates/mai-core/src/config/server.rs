@@ -24,6 +24,10 @@ pub struct ServerConfig {
     pub mcp_enabled: bool,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Listen beyond loopback without `auth_token` (anyone who reaches the address acts as an
+    /// admin); `serve` refuses that unless this is set, e.g. behind a firewall or an
+    /// authenticating proxy.
+    pub allow_no_auth: bool,
 }
 
 impl Default for ServerConfig {
@@ -35,6 +39,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             mcp_enabled: true,
             max_body_bytes: 1024 * 1024,
+            allow_no_auth: false,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The HTTP API of `mai-agent serve` (reference: docs/http-api.md).
 //!
 //! Owns the route table, the options the router is built from, and the small endpoints
-//! (`/healthz`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in
+//! (`/healthz`, `/v1/health`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in
 //! `planner`, ingestion in `messages`, the live event stream in `events`, the MaiBot bridge
 //! WebSocket in `bridge`, the door (auth, Host/Origin, body size) in `guard`, and
 //! the error body in `error`. Everything but `GET /healthz` is behind the guard, including the
@@ -73,6 +73,7 @@ type Route = (Method, &'static str, MethodRouter<Api>);
 fn route_table() -> Vec<Route> {
     vec![
         (Method::GET, "/healthz", get(healthz)),
+        (Method::GET, "/v1/health", get(health)),
         (Method::GET, "/metrics", get(metrics_text)),
         (Method::GET, "/openapi.json", get(openapi)),
         (Method::GET, "/v1/tasks", get(tasks::list)),
@@ -80,6 +81,7 @@ fn route_table() -> Vec<Route> {
         (Method::GET, "/v1/tasks/{id}", get(tasks::get)),
         (Method::POST, "/v1/tasks/{id}/cancel", post(tasks::cancel)),
         (Method::POST, "/v1/tasks/{id}/inject", post(tasks::inject)),
+        (Method::POST, "/v1/tasks/{id}/answer", post(tasks::answer)),
         (Method::GET, "/v1/tasks/{id}/history", get(tasks::history)),
         (Method::POST, "/v1/messages", post(messages::post)),
         (Method::GET, "/v1/planner/tools", get(planner::list_tools)),
@@ -168,6 +170,23 @@ async fn healthz(State(api): State<Api>) -> impl IntoResponse {
         Some(_) => "disconnected",
     };
     axum::Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "bridge": bridge}))
+}
+
+/// The detailed health report (behind the guard): 200 when every part is up, 503 when one is
+/// down — the body says which.
+async fn health(State(api): State<Api>) -> Response {
+    let report = api
+        .state
+        .metrics
+        .health()
+        .report(&api.state.engine, api.state.bridge.as_ref())
+        .await;
+    let status = if report["status"] == "ok" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(report)).into_response()
 }
 
 async fn metrics_text(State(api): State<Api>) -> Result<Response, ApiError> {

@@ -1,5 +1,5 @@
-//! `/v1/tasks`: task create/list/get/cancel/inject/history for other programs, all through the
-//! engine's task manager facade.
+//! `/v1/tasks`: task create/list/get/cancel/inject/answer/history for other programs, all
+//! through the engine's task manager facade.
 //!
 //! Who the caller is (docs/http-api.md, "Caller identity"): the API is a program's door, guarded
 //! by the bearer token, so reads and changes of existing tasks act as **admin**, in the name of
@@ -231,6 +231,28 @@ pub(crate) async fn inject(
         // A waiting task takes the instruction as the answer to its question.
         "answered": answered,
     })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnswerBody {
+    text: String,
+}
+
+/// Answers a task that waits for input (what `mai-agent task ask` sends to a running `serve`):
+/// 409 when it is not waiting or its question was answered already — never taken as an
+/// instruction instead, unlike `inject`.
+pub(crate) async fn answer(
+    State(api): State<Api>,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<AnswerBody>,
+) -> Result<Json<Value>, ApiError> {
+    let engine = &api.state.engine;
+    let task = engine.resolve(&reader()?, &id).await?;
+    let task = engine
+        .answer(&acting_on(&task), &task.id.to_string(), &body.text)
+        .await?;
+    Ok(Json(json!({ "task": task_view(&task)? })))
 }
 
 pub(crate) async fn history(
