@@ -92,7 +92,7 @@ pub fn permission_numbers(table: &toml::Table) -> Result<(), ConfigError> {
         };
         for (index, entry) in entries.iter().enumerate() {
             if let toml::Value::Integer(number) = entry {
-                return Err(ConfigError::Syntax(format!(
+                return Err(ConfigError::Raw(format!(
                     "config [permission].{key}[{index}] is the number {number}; ids are strings \
                      with their platform: did you mean {}?",
                     suggested_id(key, &number.to_string())
@@ -123,7 +123,7 @@ pub fn splitter_enable(table: &mut toml::Table) -> Result<Option<String>, Config
         return Ok(None);
     };
     if splitter.contains_key("enabled") {
-        return Err(ConfigError::Syntax(
+        return Err(ConfigError::Raw(
             "config [splitter] sets both `enable` (the old spelling) and `enabled`; keep \
              `enabled` only"
                 .into(),

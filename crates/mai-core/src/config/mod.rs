@@ -383,6 +383,9 @@ pub enum ConfigError {
     Permission(#[from] PermissionConfigError),
     #[error("config {0}")]
     Llm(String),
+    /// A problem found by the checks on the raw document, its message complete.
+    #[error("{0}")]
+    Raw(String),
     #[error("config [{section}].{key} {problem}")]
     Invalid {
         section: &'static str,
