@@ -80,11 +80,7 @@ pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Re
         }
         TaskCommand::Cancel { task } => {
             let task = engine.cancel(&caller, &task).await?;
-            println!(
-                "task {} cancel requested (was {})",
-                task.id.short(),
-                task.status
-            );
+            println!("{}", cancelled(&task));
         }
         TaskCommand::Ask { task, text } => {
             let task = engine.answer(&caller, &task, &text).await?;
@@ -95,6 +91,18 @@ pub async fn run(engine: Arc<Engine>, command: TaskCommand, as_json: bool) -> Re
         }
     }
     Ok(())
+}
+
+/// What `task cancel` did, from the record the engine returned.
+fn cancelled(task: &TaskRecord) -> String {
+    match task.status {
+        TaskStatus::Cancelled => format!("cancelled task {} \"{}\"", task.id.short(), task.title),
+        status => format!(
+            "task {} \"{}\" is {status}: asked it to stop; it ends as cancelled at its next step",
+            task.id.short(),
+            task.title
+        ),
+    }
 }
 
 /// One line per task: id prefix, status, level, title.

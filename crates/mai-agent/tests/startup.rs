@@ -359,3 +359,51 @@ async fn a_retried_model_call_is_logged_once_with_its_count() {
         "one line per call of 3 attempts: {stderr}"
     );
 }
+
+#[tokio::test]
+async fn the_cli_says_what_cancel_did_and_speaks_to_the_admin_it_is() {
+    let (model, _) =
+        fake_model(|_, _| tool_call("q1", "ask_user", json!({"question": "Which?"}))).await;
+    let data = tempfile::tempdir().unwrap();
+    // stdin closed while the task waits: `run` gives up, the task stays waiting in the store.
+    let output = mai(data.path(), &model)
+        .args(["run", "pick one", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    let short = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("task "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no task line: {stderr}"))
+        .to_owned();
+
+    let output = mai(data.path(), &model)
+        .args(["task", "cancel", &short])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("cancelled task {short} \"Test title\"")),
+        "{stdout}"
+    );
+
+    for (reference, expected) in [
+        ("ab", "give at least 4 characters"),
+        ("deadbeef", "no task matches `deadbeef`"),
+    ] {
+        let output = mai(data.path(), &model)
+            .args(["task", "status", reference])
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(
+            !stderr.contains("of yours"),
+            "the CLI sees every task: {stderr}"
+        );
+    }
+}
