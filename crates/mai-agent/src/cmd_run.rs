@@ -208,6 +208,13 @@ fn finish(args: &RunArgs, task: &TaskRecord) -> Result<bool> {
             "{}",
             json!({"task_id": task.id, "status": task.status, "answer": answer, "rounds": task.metadata.rounds})
         );
+    } else if task.metadata.rounds == 0 && task.status != TaskStatus::Completed {
+        // `round 1` was shown when it started; it never got an answer, so it does not count.
+        eprintln!(
+            "task {} {} before the model answered",
+            task.id.short(),
+            task.status
+        );
     } else {
         eprintln!(
             "task {} {} after {} round(s)",

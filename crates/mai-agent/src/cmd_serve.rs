@@ -44,6 +44,8 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let config = settings.config.clone();
     // One engine per data dir: a second `serve` refuses before it binds or opens anything.
     let lock = InstanceLock::acquire(&settings.data_dir, "serve")?;
+    // The same checks as `config check`: a config it refuses never starts serving.
+    let findings = crate::preflight::check(&settings)?;
     // Bind before anything starts, so a taken port fails fast and changes nothing.
     let (listener, local) = bind(&config, args.listen).await?;
     lock.set_api(local)?;
@@ -60,7 +62,13 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     // Cancelling `stop` also ends open MCP and `/v1/events` streams, which would otherwise
     // hold the graceful HTTP shutdown open forever.
     let stop = CancellationToken::new();
-    let http = start_http(&state, &config, listener, stop.clone());
+    // Warnings first, then the banner, all before the listener accepts a connection.
+    for warning in &findings.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if !crate::preflight::has_api_key(&config.llm) {
+        eprintln!("{}", crate::preflight::NO_API_KEY);
+    }
     let retention = Retention {
         store,
         host: state.host.clone(),
@@ -73,6 +81,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         local,
         &config,
     );
+    let http = start_http(&state, &config, listener, stop.clone());
 
     wait_for_signal().await?;
     eprintln!("stopping: pausing running tasks (they resume on the next start)…");
@@ -296,6 +305,10 @@ fn announce(
     eprintln!("mai-agent serving on http://{local} (API under /v1{mcp})");
     eprintln!("  data:   {}", data_dir.display());
     eprintln!("  config: {config_line}");
+    eprintln!(
+        "  model:  {}",
+        crate::preflight::describe_model(&config.llm)
+    );
     if config.host.kind == mai_core::config::HostKind::Maibot {
         eprintln!(
             "  host:   MaiBot, through the bridge its plugin opens at ws://{local}/v1/bridge \

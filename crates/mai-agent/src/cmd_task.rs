@@ -94,11 +94,7 @@ pub async fn run(
         }
         TaskCommand::Cancel { task } => {
             let task = engine.cancel(&caller, &task).await?;
-            println!(
-                "task {} cancel requested (was {})",
-                task.id.short(),
-                task.status
-            );
+            println!("{}", cancelled(&task));
         }
         TaskCommand::Ask { task, text } => {
             let task = engine.answer(&caller, &task, &text).await?;
@@ -123,12 +119,7 @@ async fn through_serve(serve: &remote::Remote, command: TaskCommand) -> Result<(
     match command {
         TaskCommand::Cancel { task } => {
             let changed = serve.cancel(&task).await?;
-            let task = &changed.task;
-            if changed.flag {
-                println!("task {} stops at its next step", task.id.short());
-            } else {
-                println!("task {} cancelled (was {})", task.id.short(), task.status);
-            }
+            println!("{}", cancelled(&changed.task));
         }
         TaskCommand::Ask { task, text } => {
             let task = serve.answer(&task, &text).await?.task;
@@ -158,6 +149,18 @@ fn print_injected(task: &TaskRecord, answered: bool, live: bool) {
         "it applies when `mai-agent serve` runs the task"
     };
     println!("{what} task {}; {when}", task.id.short());
+}
+
+/// What `task cancel` did, from the record the engine returned.
+fn cancelled(task: &TaskRecord) -> String {
+    match task.status {
+        TaskStatus::Cancelled => format!("cancelled task {} \"{}\"", task.id.short(), task.title),
+        status => format!(
+            "task {} \"{}\" is {status}: asked it to stop; it ends as cancelled at its next step",
+            task.id.short(),
+            task.title
+        ),
+    }
 }
 
 /// One line per task: id prefix, status, level, title.

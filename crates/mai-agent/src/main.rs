@@ -3,6 +3,7 @@
 
 mod app;
 mod cmd_backup;
+mod cmd_config;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
@@ -11,6 +12,7 @@ mod cmd_tools;
 mod console;
 mod data_dir;
 mod instance;
+mod preflight;
 mod reload;
 mod remote;
 mod retention;
@@ -106,10 +108,15 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Validate a config file (with environment overrides applied) and report the first problem.
+    /// Check the config `serve` would use (with environment overrides applied) the way `serve`
+    /// checks it, and report the first problem.
     Check {
-        /// The file to check (default: the --config file).
+        /// The file to check (default: the one `serve` would use: --config / MAI_AGENT_CONFIG,
+        /// else <data-dir>/config.toml if present, else the built-in defaults).
         file: Option<PathBuf>,
+        /// Also ask the model API: list its models and request a one-token completion.
+        #[arg(long)]
+        probe: bool,
     },
 }
 
@@ -160,12 +167,19 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     if let Command::Config {
-        command: ConfigCommand::Check { file },
+        command: ConfigCommand::Check { file, probe },
     } = &cli.command
     {
-        return check_config(file.as_ref().or(cli.config.as_ref()));
+        let file = file.as_deref().or(cli.config.as_deref());
+        return cmd_config::check(file, cli.data_dir.as_deref(), *probe).await;
     }
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+    if matches!(cli.command, Command::Run { .. } | Command::Mcp) {
+        // The engine runs here: refuse what `serve` would refuse, say what it would warn.
+        for warning in preflight::check(&settings)?.warnings {
+            eprintln!("warning: {warning}");
+        }
+    }
     match cli.command {
         Command::Serve { listen } => {
             cmd_serve::serve(settings, cmd_serve::ServeArgs { listen }).await?;
@@ -208,16 +222,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),
     }
-}
-
-/// `mai-agent config check [FILE]`: loads the file the way `serve` would and says it is fine.
-fn check_config(path: Option<&PathBuf>) -> Result<ExitCode> {
-    let Some(path) = path else {
-        anyhow::bail!("give a file to check: mai-agent config check FILE");
-    };
-    settings::load_file(path)?;
-    println!("{}: ok", path.display());
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `mai-agent tools`: the tool list, then how each MCP server fared and which config was read.

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use mai_core::config::Config;
+use anyhow::{Context, Result, anyhow};
+use mai_core::config::{Config, ConfigError, Parsed};
 
 /// The loaded settings of one command.
 #[derive(Debug)]
@@ -13,6 +13,9 @@ pub struct Settings {
     /// The file the config came from; `None` = embedded defaults (plus environment).
     pub config_path: Option<PathBuf>,
     pub data_dir: PathBuf,
+    /// What the operator should hear about the config without it being an error (old
+    /// spellings); shown by `serve` and `config check`.
+    pub warnings: Vec<String>,
 }
 
 impl Settings {
@@ -25,33 +28,53 @@ impl Settings {
             Some(path) => Some(path.to_path_buf()),
             None => implicit.is_file().then_some(implicit),
         };
-        let config = match &config_path {
-            Some(path) => load_file(path)?,
-            None => Config::from_env(std::env::vars())
-                .context("the environment overrides (MAI_AGENT__…) are invalid")?,
+        let Parsed { config, warnings } = match &config_path {
+            Some(path) => load_file_with_warnings(path)?,
+            None => Config::parse_with_warnings("", std::env::vars())
+                .map_err(|error| blame(error, None))?,
         };
         Ok(Settings {
             config,
             config_path,
             data_dir,
+            warnings,
         })
     }
 
-    /// The SQLite file of the embedded store.
+    /// The SQLite file of the embedded store: `[storage] url` (a path or `sqlite://PATH`,
+    /// checked when the config was loaded), else `mai-agent.db` in the data directory.
     pub fn database_path(&self) -> PathBuf {
-        match self.config.storage.url.as_deref() {
-            Some(url) => PathBuf::from(url.strip_prefix("sqlite://").unwrap_or(url)),
-            None => self.data_dir.join("mai-agent.db"),
+        match mai_core::config::storage_target(self.config.storage.url.as_deref()) {
+            Ok(mai_core::config::StorageTarget::Sqlite(path)) => path,
+            // `Default`; an invalid URL never gets here (validation refused it at load).
+            _ => self.data_dir.join("mai-agent.db"),
         }
     }
 }
 
-/// Parses one config file with the environment applied; errors name the file.
+/// Parses one config file with the environment applied; errors name the file, or the
+/// environment variable when only the environment is at fault.
 pub fn load_file(path: &Path) -> Result<Config> {
+    load_file_with_warnings(path).map(|parsed| parsed.config)
+}
+
+fn load_file_with_warnings(path: &Path) -> Result<Parsed> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
-    Config::parse(&text, std::env::vars())
-        .with_context(|| format!("config file {} is invalid", path.display()))
+    Config::parse_with_warnings(&text, std::env::vars()).map_err(|error| blame(error, Some(path)))
+}
+
+/// Says who is at fault: an environment variable, else the file (or the built-in defaults).
+fn blame(error: ConfigError, path: Option<&Path>) -> anyhow::Error {
+    match (&error, path) {
+        (ConfigError::Env { var, reason }, _) => {
+            anyhow!("environment variable {var} is invalid: {reason}; fix or unset it")
+        }
+        (_, Some(path)) => {
+            anyhow::Error::new(error).context(format!("config file {} is invalid", path.display()))
+        }
+        (_, None) => anyhow::Error::new(error).context("the configuration is invalid"),
+    }
 }
 
 /// `$MAI_AGENT_DATA_DIR`, else `$XDG_DATA_HOME/mai-agent`, else `~/.local/share/mai-agent`.

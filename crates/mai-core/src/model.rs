@@ -381,6 +381,13 @@ pub enum ModelError {
          server is reachable"
     )]
     Transport { url: String, detail: String },
+    /// No connection could be made at all (refused, unknown host, TLS handshake failed): the
+    /// server is not there, so trying again at once would only delay the failure.
+    #[error(
+        "could not connect to the model API at {url}: {detail}; is the model server running? \
+         check [llm].base_url"
+    )]
+    Unreachable { url: String, detail: String },
     /// No answer within the configured time.
     #[error(
         "model API at {url} did not answer within {timeout_secs}s; raise [llm].timeout_secs or \
@@ -455,6 +462,7 @@ impl ModelError {
             | ModelError::TruncatedStream { .. } => true,
             ModelError::Provider { retryable, .. } => *retryable,
             ModelError::InvalidResponse { .. }
+            | ModelError::Unreachable { .. }
             | ModelError::Config { .. }
             | ModelError::Exhausted { .. }
             | ModelError::Cassette { .. } => false,

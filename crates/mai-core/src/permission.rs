@@ -29,12 +29,14 @@ pub struct PermissionConfig {
 
 /// A config entry that is not a valid id; names the key and the index.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config [permission].{key}[{index}]: {source}")]
+#[error("config [permission].{key}[{index}]: {source}{hint}")]
 pub struct PermissionConfigError {
     pub key: &'static str,
     pub index: usize,
     #[source]
     pub source: crate::ids::IdError,
+    /// What the operator most likely meant (`; did you mean "qq:10001"?`), or empty.
+    pub hint: String,
 }
 
 /// Where a person is speaking: the platform, the person, and the group if it is a group chat.
@@ -64,11 +66,28 @@ fn parse_all<T: std::str::FromStr<Err = crate::ids::IdError> + std::hash::Hash +
         .iter()
         .enumerate()
         .map(|(index, entry)| {
-            entry
-                .parse()
-                .map_err(|source| PermissionConfigError { key, index, source })
+            entry.parse().map_err(|source| PermissionConfigError {
+                key,
+                index,
+                source,
+                hint: hint_for(key, entry),
+            })
         })
         .collect()
+}
+
+/// For an entry that is only digits (a QQ number without its platform), the id it most
+/// likely means.
+fn hint_for(key: &str, entry: &str) -> String {
+    let entry = entry.trim();
+    if !entry.is_empty() && entry.chars().all(|c| c.is_ascii_digit()) {
+        format!(
+            "; did you mean {}?",
+            crate::config::checks_suggested_id(key, entry)
+        )
+    } else {
+        String::new()
+    }
 }
 
 impl PermissionResolver {

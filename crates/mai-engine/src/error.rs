@@ -9,6 +9,15 @@ pub enum EngineError {
     PermissionDenied(String),
     #[error("no task of yours matches `{0}`; list your tasks to see their ids")]
     NotFound(String),
+    /// Nothing matches, for a caller who sees every task (an admin, the local CLI).
+    #[error("no task matches `{0}`; list the tasks to see their ids")]
+    NoSuchTask(String),
+    /// A reference too short to be an id prefix, that no title matches either.
+    #[error(
+        "`{0}` is too short to name a task: give at least 4 characters of its id (or its exact \
+         title)"
+    )]
+    ShortReference(String),
     #[error("`{reference}` matches several tasks ({candidates}); give more characters of the id")]
     Ambiguous {
         reference: String,

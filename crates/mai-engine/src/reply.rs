@@ -148,7 +148,7 @@ impl Engine {
     /// The parts of a final text: split if asked and enabled; none for a blank text.
     fn split_parts(&self, text: &str, split: bool) -> Vec<String> {
         let config = self.config.config();
-        if split && config.splitter.enable {
+        if split && config.splitter.enabled {
             let parts = splitter::split(
                 text,
                 config.splitter.max_length as usize,

@@ -201,8 +201,7 @@ impl Engine {
         request: CreateTask,
     ) -> Result<TaskRecord, EngineError> {
         if caller.door != Door::Planner {
-            require(caller.role, Role::User)
-                .map_err(|_| EngineError::PermissionDenied("guests cannot create tasks".into()))?;
+            require(caller.role, Role::User).map_err(|_| guest_refused(caller))?;
         }
         if self.stopping() {
             return Err(EngineError::Stopping);
@@ -339,7 +338,7 @@ impl Engine {
         let reference = reference.trim();
         match self.store.resolve(reference).await? {
             Resolved::Found(task) if caller.may_see(&task) => Ok(*task),
-            Resolved::NotFound => Err(EngineError::NotFound(reference.to_owned())),
+            Resolved::NotFound => Err(not_found(caller, reference)),
             Resolved::Ambiguous(ids) if caller.role == Role::Admin => Err(EngineError::Ambiguous {
                 reference: reference.to_owned(),
                 candidates: ids
@@ -651,9 +650,46 @@ impl Engine {
     ) -> Result<TaskRecord, EngineError> {
         match self.store.get(id).await? {
             Some(task) if caller.may_see(&task) => Ok(task),
-            _ => Err(EngineError::NotFound(id.to_string())),
+            _ => Err(not_found(caller, &id.to_string())),
         }
     }
+}
+
+/// A guest's refusal to create a task: who they are, and the `[permission]` entry that would
+/// let them.
+fn guest_refused(caller: &Caller) -> EngineError {
+    let Some(person) = &caller.requester else {
+        return EngineError::PermissionDenied("guests cannot create tasks".into());
+    };
+    let group = match &caller.group_id {
+        Some(group) => format!(
+            " (or \"{}:group:{group}\" to user_groups, for everyone in this group)",
+            person.platform
+        ),
+        None => String::new(),
+    };
+    EngineError::PermissionDenied(format!(
+        "{person} is a guest here; guests cannot create tasks — add \"{person}\" to \
+         [permission] users{group} to allow it"
+    ))
+}
+
+/// "Nothing matches `reference`", said as the caller sees it: a too-short id prefix is told
+/// to give more; someone who sees every task is not told "of yours".
+fn not_found(caller: &Caller, reference: &str) -> EngineError {
+    if is_short_id(reference) {
+        EngineError::ShortReference(reference.to_owned())
+    } else if caller.role == Role::Admin {
+        EngineError::NoSuchTask(reference.to_owned())
+    } else {
+        EngineError::NotFound(reference.to_owned())
+    }
+}
+
+/// Hex digits (dashes aside), but fewer than the 4 an id prefix needs.
+fn is_short_id(reference: &str) -> bool {
+    let hex: Vec<char> = reference.chars().filter(|c| *c != '-').collect();
+    (1..4).contains(&hex.len()) && hex.iter().all(char::is_ascii_hexdigit)
 }
 
 /// Whether `task` is what `reference` names: a prefix of its id (with or without dashes, any
@@ -675,6 +711,7 @@ pub(crate) fn resolve_among(
         .filter(|task| names_task(task, reference))
         .collect();
     match matches.len() {
+        0 if is_short_id(reference) => Err(EngineError::ShortReference(reference.to_owned())),
         0 => Err(EngineError::NotFound(reference.to_owned())),
         1 => Ok(matches.remove(0)),
         _ => Err(EngineError::Ambiguous {

@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use common::*;
+use mai_core::ids::StreamId;
 use mai_core::model::{ChatRequest, ChatResponse, MessageRole, ModelError, ToolCall};
 use mai_core::role::Role;
 use mai_core::task::{TaskLevel, TaskStatus, Trigger};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
-use mai_engine::CreateTask;
 use mai_engine::TaskEvent;
+use mai_engine::{Caller, CreateTask};
 use serde_json::{Value, json};
 
 /// The number of tool results already in the conversation.
@@ -141,6 +142,67 @@ async fn scripted_tool_rounds_complete_and_the_answer_is_delivered() {
     h.wait_for("reply sent", |e| matches!(e, TaskEvent::Sent { .. }))
         .await;
     assert_eq!(h.host.sent_to("s1"), ["counted once; 42"]);
+}
+
+#[tokio::test]
+async fn a_refused_guest_hears_who_they_are_and_the_permission_entry_that_would_admit_them() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("ok")));
+    let h = Harness::start(test_config(), model).await;
+    let err = h
+        .engine
+        .create(&caller("123", Role::Guest, "s"), CreateTask::agent("x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "qq:123 is a guest here; guests cannot create tasks — add \"qq:123\" to \
+             [permission] users to allow it"
+        ),
+        "{err}"
+    );
+    let in_group = Caller::person(
+        mai_core::ids::PersonId::new("qq", "123").unwrap(),
+        Role::Guest,
+        StreamId::new("qq:group:456").unwrap(),
+        Some("456".into()),
+    );
+    let err = h
+        .engine
+        .create(&in_group, CreateTask::agent("x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"qq:group:456\" to user_groups"), "{err}");
+}
+
+#[tokio::test]
+async fn not_found_speaks_to_the_caller_and_a_short_prefix_asks_for_four_characters() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("ok")));
+    let h = Harness::start(test_config(), model).await;
+    let admin = caller("admin", Role::Admin, "s");
+    let user = caller("alice", Role::User, "s");
+    let err = h
+        .engine
+        .resolve(&admin, "deadbeef")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("no task matches `deadbeef`"), "{err}");
+    let err = h
+        .engine
+        .resolve(&user, "deadbeef")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("no task of yours matches `deadbeef`"),
+        "{err}"
+    );
+    for who in [&admin, &user] {
+        let err = h.engine.resolve(who, "ab").await.unwrap_err().to_string();
+        assert!(err.contains("give at least 4 characters"), "{err}");
+    }
 }
 
 #[tokio::test]

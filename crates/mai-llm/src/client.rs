@@ -86,6 +86,35 @@ impl OpenAiClient {
         &self.endpoint
     }
 
+    /// `GET {base_url}/models`: the ids of the models the server offers. One attempt, no
+    /// retries: it is a check (`config check --probe`), not work.
+    pub async fn list_models(&self) -> Result<Vec<String>, ModelError> {
+        let url = format!(
+            "{}/models",
+            self.config.base_url.trim().trim_end_matches('/')
+        );
+        let mut request = self.http.get(&url).timeout(self.config.timeout());
+        if let Some(key) = &self.config.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| at_url(self.request_error(&e), &url))?;
+        let response = self
+            .check_status(response, "(listing models)")
+            .await
+            .map_err(|e| at_url(e, &url))?;
+        let bytes = self
+            .read_body(response)
+            .await
+            .map_err(|e| at_url(e, &url))?;
+        model_ids(&bytes).ok_or_else(|| ModelError::InvalidResponse {
+            url,
+            detail: "expected {\"data\": [{\"id\": …}, …]}".into(),
+        })
+    }
+
     fn body_options(&self, stream: bool) -> BodyOptions {
         BodyOptions {
             stream,
@@ -247,6 +276,12 @@ impl OpenAiClient {
         if error.is_timeout() {
             return self.timeout_error();
         }
+        if error.is_connect() {
+            return ModelError::Unreachable {
+                url: self.endpoint.clone(),
+                detail: root_cause(error),
+            };
+        }
         ModelError::Transport {
             url: self.endpoint.clone(),
             detail: error_chain(error),
@@ -265,14 +300,29 @@ impl OpenAiClient {
         }
     }
 
+    /// Each retry at debug level; the operator hears of a retried call once, when it ends
+    /// ([`log_retried`]), with how many attempts it took.
     fn log_retry(&self, attempt: u32, delay: Duration, error: &ModelError) {
-        tracing::warn!(
+        tracing::debug!(
             attempt,
             max_retries = self.config.max_retries,
             delay_ms = delay.as_millis() as u64,
             error = %error,
             "model call failed; retrying"
         );
+    }
+}
+
+/// One line for a call that needed retries: how many, and how it ended. A call that succeeded
+/// or failed at its first attempt logs nothing here (a failure is reported by the caller).
+fn log_retried<T>(attempts: u32, result: &Result<T, ModelError>) {
+    if attempts <= 1 {
+        return;
+    }
+    let retries = attempts - 1;
+    match result {
+        Ok(_) => tracing::warn!(retries, "model call succeeded after {retries} retries"),
+        Err(error) => tracing::warn!(retries, %error, "model call failed after {retries} retries"),
     }
 }
 
@@ -283,16 +333,21 @@ impl ChatModel for OpenAiClient {
         let mut schedule = self.retry.schedule();
         let mut attempt = 1;
         loop {
-            match self.attempt(req, model).await {
-                Ok(response) => return Ok(response),
-                Err(error) => match schedule.next_delay(&error) {
-                    Some(delay) => {
-                        self.log_retry(attempt, delay, &error);
-                        tokio::time::sleep(delay).await;
-                        attempt += 1;
-                    }
-                    None => return Err(error),
-                },
+            let result = self.attempt(req, model).await;
+            let delay = match &result {
+                Ok(_) => None,
+                Err(error) => schedule.next_delay(error),
+            };
+            match (result, delay) {
+                (Err(error), Some(delay)) => {
+                    self.log_retry(attempt, delay, &error);
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                (result, _) => {
+                    log_retried(attempt, &result);
+                    return result;
+                }
             }
         }
     }
@@ -314,23 +369,50 @@ impl ChatModel for OpenAiClient {
                 };
                 self.attempt_streaming(req, model, &mut forward).await
             };
-            match result {
-                Ok(response) => return Ok(response),
-                Err(error) => match schedule.next_delay(&error) {
-                    Some(delay) => {
-                        self.log_retry(attempt, delay, &error);
-                        // The consumer already showed part of a failed answer; tell it to drop it.
-                        if emitted {
-                            on_delta(StreamDelta::Restart);
-                        }
-                        tokio::time::sleep(delay).await;
-                        attempt += 1;
+            let delay = match &result {
+                Ok(_) => None,
+                Err(error) => schedule.next_delay(error),
+            };
+            match (result, delay) {
+                (Err(error), Some(delay)) => {
+                    self.log_retry(attempt, delay, &error);
+                    // The consumer already showed part of a failed answer; tell it to drop it.
+                    if emitted {
+                        on_delta(StreamDelta::Restart);
                     }
-                    None => return Err(error),
-                },
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                (result, _) => {
+                    log_retried(attempt, &result);
+                    return result;
+                }
             }
         }
     }
+}
+
+/// The ids of an OpenAI-style model list (`{"data": [{"id": "gpt-4o-mini"}, …]}`).
+fn model_ids(body: &[u8]) -> Option<Vec<String>> {
+    let list: Value = serde_json::from_slice(body).ok()?;
+    list.get("data")?
+        .as_array()?
+        .iter()
+        .map(|model| model.get("id")?.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `error` naming `url` instead of the Chat Completions endpoint.
+fn at_url(mut error: ModelError, url: &str) -> ModelError {
+    match &mut error {
+        ModelError::Status { url: at, .. }
+        | ModelError::Transport { url: at, .. }
+        | ModelError::Unreachable { url: at, .. }
+        | ModelError::Timeout { url: at, .. }
+        | ModelError::InvalidResponse { url: at, .. } => url.clone_into(at),
+        _ => {}
+    }
+    error
 }
 
 /// Reads a body chunk by chunk: `Ok(Err(read))` when it is longer than `max` bytes (reading
@@ -373,6 +455,16 @@ fn error_detail(body: &str) -> String {
 }
 
 /// reqwest's top-level message is vague ("error sending request"); the cause chain says why.
+/// The innermost cause of `error` (`tcp connect error: Connection refused (os error 111)`,
+/// `dns error: …`): what went wrong, without the layers that only repeat the URL.
+fn root_cause(error: &dyn std::error::Error) -> String {
+    let mut cause = error;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

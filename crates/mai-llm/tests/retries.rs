@@ -246,7 +246,7 @@ async fn timeouts_are_retried() {
 }
 
 #[tokio::test]
-async fn unreachable_server_is_a_transport_error_naming_base_url() {
+async fn a_refused_connection_fails_at_once_without_retries_naming_base_url() {
     // A port that was just free: nothing listens there, so the connection is refused.
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -254,19 +254,30 @@ async fn unreachable_server_is_a_transport_error_naming_base_url() {
     };
     let client = OpenAiClient::new(LlmConfig {
         base_url: format!("http://127.0.0.1:{port}/v1"),
-        max_retries: 1,
-        retry_initial_delay_ms: 10,
+        max_retries: 3,
+        // Were it retried, the backoff alone would outlast the bound below.
+        retry_initial_delay_ms: 2_000,
         ..LlmConfig::default()
     })
     .unwrap();
 
+    let started = std::time::Instant::now();
     let error = client
         .complete(&user_request(ModelPurpose::Agent, "x"))
         .await
         .unwrap_err();
 
-    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
-    assert!(error.is_retryable());
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1_500),
+        "no retries: {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(error, ModelError::Unreachable { .. }), "{error:?}");
+    assert!(!error.is_retryable());
+    assert!(
+        error.to_string().contains("is the model server running?"),
+        "{error}"
+    );
     let text = error.to_string();
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     assert!(text.contains("[llm].base_url"), "{text}");

@@ -11,9 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::permission::{PermissionConfig, PermissionConfigError, PermissionResolver};
 
+mod checks;
 mod limits;
 mod llm;
 mod server;
+pub(crate) use checks::suggested_id as checks_suggested_id;
+pub use checks::{OTHER_ENV_VARS, StorageTarget, storage_target, unknown_env_vars};
 pub use limits::{LimitsConfig, PlannerConfig};
 pub use llm::{LlmConfig, ModelNames};
 pub use server::{ChannelsConfig, ConsoleChannelConfig, OneBotConfig, ServerConfig};
@@ -141,7 +144,8 @@ impl Default for PolishConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SplitterConfig {
-    pub enable: bool,
+    /// Read from `enable` too (the old spelling), with a warning.
+    pub enabled: bool,
     pub max_length: u32,
     pub max_messages: u32,
 }
@@ -149,7 +153,7 @@ pub struct SplitterConfig {
 impl Default for SplitterConfig {
     fn default() -> Self {
         SplitterConfig {
-            enable: true,
+            enabled: true,
             max_length: 1000,
             max_messages: 5,
         }
@@ -343,7 +347,8 @@ pub struct PluginApiConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
-    /// A database URL; default: `sqlite://<data_dir>/mai-agent.db`.
+    /// A SQLite file: a bare path or `sqlite://PATH`; default: `<data_dir>/mai-agent.db`.
+    /// Other schemes are refused (see [`storage_target`]).
     pub url: Option<String>,
     /// How durable each commit is: `normal` (default; survives a crash of the process) or
     /// `full` (synced to disk before it returns; survives a power loss too, at the cost of one
@@ -395,6 +400,9 @@ pub enum ConfigError {
     Permission(#[from] PermissionConfigError),
     #[error("config {0}")]
     Llm(String),
+    /// A problem found by the checks on the raw document, its message complete.
+    #[error("{0}")]
+    Raw(String),
     #[error("config [{section}].{key} {problem}")]
     Invalid {
         section: &'static str,
@@ -403,20 +411,66 @@ pub enum ConfigError {
     },
 }
 
+/// A parsed config and what the operator should hear about it (old spellings) without it
+/// being an error.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
 impl Config {
     /// Parse a TOML document, apply environment overrides, validate.
     pub fn parse<I>(toml_text: &str, env: I) -> Result<Config, ConfigError>
     where
         I: IntoIterator<Item = (String, String)>,
     {
-        let mut table: toml::Table =
+        Config::parse_with_warnings(toml_text, env).map(|parsed| parsed.config)
+    }
+
+    /// As [`Config::parse`], keeping the warnings. An error that only the environment
+    /// overrides cause is reported as [`ConfigError::Env`] naming the first variable at fault,
+    /// so the file is not blamed for it.
+    pub fn parse_with_warnings<I>(toml_text: &str, env: I) -> Result<Parsed, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let table: toml::Table =
             toml::from_str(toml_text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        apply_env_overrides(&mut table, env)?;
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(var, _)| var.starts_with(ENV_PREFIX))
+            .collect();
+        let error = match Config::from_table(table.clone(), &env) {
+            Ok(parsed) => return Ok(parsed),
+            Err(error @ ConfigError::Env { .. }) => return Err(error),
+            Err(error) if env.is_empty() => return Err(error),
+            Err(error) => error,
+        };
+        if Config::from_table(table.clone(), &[]).is_err() {
+            return Err(error);
+        }
+        // The file alone is fine: find the variable that breaks it.
+        for end in 1..=env.len() {
+            if let Err(reason) = Config::from_table(table.clone(), &env[..end]) {
+                return Err(ConfigError::Env {
+                    var: env[end - 1].0.clone(),
+                    reason: reason.to_string(),
+                });
+            }
+        }
+        Err(error)
+    }
+
+    fn from_table(mut table: toml::Table, env: &[(String, String)]) -> Result<Parsed, ConfigError> {
+        apply_env_overrides(&mut table, env.iter().cloned())?;
+        checks::permission_numbers(&table)?;
+        let warnings = checks::splitter_enable(&mut table)?.into_iter().collect();
         let config: Config = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
         config.validate()?;
-        Ok(config)
+        Ok(Parsed { config, warnings })
     }
 
     /// The built-in defaults with environment overrides applied.
@@ -502,6 +556,7 @@ impl Config {
                 problem: format!("must start with ws:// or wss://, got `{}`", onebot.url),
             });
         }
+        storage_target(self.storage.url.as_deref())?;
         PermissionResolver::new(&self.permission)?;
         Ok(())
     }
@@ -686,6 +741,80 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("two servers named `a`"), "{err}");
+    }
+
+    #[test]
+    fn a_bare_number_in_permission_gets_the_id_it_most_likely_means() {
+        let err = Config::parse("[permission]\nusers = [10001]\n", env(&[])).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("[permission].users[0]"), "{text}");
+        assert!(text.contains("did you mean \"qq:10001\"?"), "{text}");
+        let err = Config::parse("[permission]\nadmin_groups = [\"42\"]\n", env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean \"qq:group:42\"?"), "{err}");
+        let err = Config::parse("[permission]\nadmins = [\"10001\"]\n", env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean \"qq:10001\"?"), "{err}");
+    }
+
+    #[test]
+    fn the_old_splitter_enable_is_still_read_with_a_warning() {
+        let parsed = Config::parse_with_warnings("[splitter]\nenable = false\n", env(&[])).unwrap();
+        assert!(!parsed.config.splitter.enabled);
+        assert_eq!(parsed.warnings.len(), 1);
+        assert!(
+            parsed.warnings[0].contains("`enabled`"),
+            "{:?}",
+            parsed.warnings
+        );
+        let parsed =
+            Config::parse_with_warnings("[splitter]\nenabled = false\n", env(&[])).unwrap();
+        assert!(!parsed.config.splitter.enabled && parsed.warnings.is_empty());
+        let both = Config::parse("[splitter]\nenable = false\nenabled = true\n", env(&[]));
+        assert!(both.unwrap_err().to_string().contains("both"));
+    }
+
+    #[test]
+    fn an_error_only_the_environment_causes_names_the_variable() {
+        let err = Config::parse(
+            "[task]\nmax_rounds = 12\n",
+            env(&[
+                ("MAI_AGENT__LLM__API_KEY", "k"),
+                ("MAI_AGENT__TASK__MAX_ROUNDS", "0"),
+            ]),
+        )
+        .unwrap_err();
+        let ConfigError::Env { var, reason } = &err else {
+            panic!("not blamed on the variable: {err}");
+        };
+        assert_eq!(var, "MAI_AGENT__TASK__MAX_ROUNDS");
+        assert!(reason.contains("must be ≥ 1, got 0"), "{reason}");
+        let err = Config::from_env(env(&[("MAI_AGENT__TASK__MAX_ROUND", "3")])).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Env { var, .. } if var == "MAI_AGENT__TASK__MAX_ROUND"),
+            "{err}"
+        );
+        // The file's own error stays the file's.
+        let err = Config::parse(
+            "[task]\nmax_rounds = 0\n",
+            env(&[("MAI_AGENT__LLM__API_KEY", "k")]),
+        )
+        .unwrap_err();
+        assert!(!matches!(err, ConfigError::Env { .. }), "{err}");
+    }
+
+    #[test]
+    fn storage_url_with_another_scheme_is_refused_by_validation() {
+        let err = Config::from_env(env(&[(
+            "MAI_AGENT__STORAGE__URL",
+            "postgres://u:pw@127.0.0.1:5432/mai",
+        )]))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("not supported in this build"), "{err}");
+        assert!(!err.contains("pw@"), "{err}");
     }
 
     #[test]

@@ -76,10 +76,11 @@ impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         let status = match &error {
             EngineError::PermissionDenied(_) => StatusCode::FORBIDDEN,
-            EngineError::NotFound(_) | EngineError::Store(StoreError::NotFound(_)) => {
-                StatusCode::NOT_FOUND
-            }
+            EngineError::NotFound(_)
+            | EngineError::NoSuchTask(_)
+            | EngineError::Store(StoreError::NotFound(_)) => StatusCode::NOT_FOUND,
             EngineError::Ambiguous { .. }
+            | EngineError::ShortReference(_)
             | EngineError::Invalid(_)
             | EngineError::InvalidCron { .. } => StatusCode::BAD_REQUEST,
             EngineError::WrongState { .. } | EngineError::Transition(_) => StatusCode::CONFLICT,

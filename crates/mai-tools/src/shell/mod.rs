@@ -170,15 +170,32 @@ impl RunCommand {
     }
 
     fn launcher(&self) -> Result<PathBuf, ShellError> {
-        match self.launcher.clone().or_else(sandbox::default_launcher) {
+        match self.launcher.clone() {
             Some(path) if path.is_file() => Ok(path),
             Some(path) => Err(ShellError::LauncherMissing {
                 path: path.display().to_string(),
             }),
-            None => Err(ShellError::LauncherMissing {
-                path: "mai-sandbox".into(),
-            }),
+            None => default_sandbox_launcher(),
         }
+    }
+}
+
+/// Whether `[shell] sandbox = true` can work in this installation: the launcher `run_command`
+/// uses by default, or why there is none (the message says what to install or set). The one
+/// check the start-up checks and `run_command` share.
+pub fn sandbox_launcher() -> Result<PathBuf, String> {
+    default_sandbox_launcher().map_err(|error| error.to_string())
+}
+
+fn default_sandbox_launcher() -> Result<PathBuf, ShellError> {
+    match sandbox::default_launcher() {
+        Some(path) if path.is_file() => Ok(path),
+        Some(path) => Err(ShellError::LauncherMissing {
+            path: path.display().to_string(),
+        }),
+        None => Err(ShellError::LauncherMissing {
+            path: "mai-sandbox".into(),
+        }),
     }
 }
 
