@@ -170,9 +170,12 @@ async fn sigterm_pauses_a_running_task_and_the_next_start_finishes_it() {
         Ok(1),
         "the resumed task called the model again"
     );
-    served.wait_line("the answer in the console chat", |l| {
-        l.contains("mai> finished after the restart")
-    });
+    // The answer (stdout) may arrive before the banner (stderr) and be passed over while the
+    // start waited for the banner: look in the log first (a line is logged before it is sent).
+    let answered = |l: &str| l.contains("mai> finished after the restart");
+    if !served.log.lock().unwrap().iter().any(|l| answered(l)) {
+        served.wait_line("the answer in the console chat", answered);
+    }
     let task = task_record(&client, &served.base, &id).await;
     assert_eq!(task["status"], "completed", "{task}");
     assert!(served.terminate().success());

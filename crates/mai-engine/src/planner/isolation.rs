@@ -153,6 +153,9 @@ pub(crate) async fn resolve_in_stream(
             };
             resolve_among(engine.list_stream(caller, filter).await?, reference)
         }
+        // The reader sees every task, the caller only this stream's: say "not found" the way
+        // another stream's task is not found, so the two cannot be told apart.
+        Err(EngineError::NoSuchTask(reference)) => Err(EngineError::NotFound(reference)),
         Err(error) => Err(error),
     }
 }
