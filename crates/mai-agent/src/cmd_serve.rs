@@ -62,6 +62,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     // Cancelling `stop` also ends open MCP and `/v1/events` streams, which would otherwise
     // hold the graceful HTTP shutdown open forever.
     let stop = CancellationToken::new();
+    let signals = Signals::listen()?;
     // Warnings first, then the banner, all before the listener accepts a connection.
     for warning in &findings.warnings {
         eprintln!("warning: {warning}");
@@ -83,7 +84,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     );
     let http = start_http(&state, &config, listener, stop.clone());
 
-    wait_for_signal().await?;
+    signals.wait().await?;
     eprintln!("stopping: pausing running tasks (they resume on the next start)…");
     stop.cancel();
     channels.stop().await;
@@ -326,19 +327,39 @@ fn announce(
 }
 
 /// SIGINT (Ctrl-C) or SIGTERM.
-async fn wait_for_signal() -> Result<()> {
+/// SIGINT and SIGTERM, listened for from now on (so a signal that arrives right after the
+/// banner stops the service gracefully instead of killing it); `wait` returns at the first.
+struct Signals {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("cannot listen for SIGTERM")?;
-        tokio::select! {
-            result = tokio::signal::ctrl_c() => result.context("cannot listen for Ctrl-C")?,
-            _ = term.recv() => {}
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                interrupt: signal(SignalKind::interrupt()).context("cannot listen for Ctrl-C")?,
+                terminate: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .context("cannot listen for Ctrl-C")?;
-    Ok(())
+
+    async fn wait(mut self) -> Result<()> {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot listen for Ctrl-C")?;
+        Ok(())
+    }
 }
