@@ -61,6 +61,8 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         &config,
     );
 
+    let (zone, source) = state.engine.default_time_zone();
+    eprintln!("  time:   cron expressions read in {zone} ({source})");
     wait_for_signal().await?;
     eprintln!("stopping: pausing running tasks (they resume on the next start)…");
     stop.cancel();

@@ -319,6 +319,20 @@ async fn client_mistakes_are_4xx_with_an_error_naming_the_field() {
         (
             "POST",
             "/v1/tasks",
+            r#"{"intent":"x","stream_id":"s","platform":"qq","timezone":"Asia/Shanghai"}"#,
+            400,
+            "only a cron_expr has a time zone",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            r#"{"intent":"x","stream_id":"s","platform":"qq","cron_expr":"0 18 * * *","timezone":"Beijing"}"#,
+            400,
+            "not an IANA time zone name",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
             r#"{"intent":"  ","stream_id":"s","platform":"qq"}"#,
             400,
             "intent is empty",
@@ -608,6 +622,7 @@ async fn scheduled_tasks_are_cancelled_and_instructions_checked() {
                 "platform": "qq",
                 "title": "water",
                 "cron_expr": "0 18 * * *",
+                "timezone": "Asia/Shanghai",
                 "level": "instant",
             }))
             .send()
@@ -618,6 +633,12 @@ async fn scheduled_tasks_are_cancelled_and_instructions_checked() {
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["status"], "scheduled");
     assert_eq!(created["level"], "instant");
+    assert_eq!(created["trigger"]["timezone"], "Asia/Shanghai", "{created}");
+    let at = created["scheduled_at"].as_str().unwrap();
+    assert!(
+        at.ends_with("T10:00:00Z"),
+        "18:00 in Shanghai, whole seconds: {at}"
+    );
     let id = task_id(&created);
     let (status, scheduled) = json_of(
         served
