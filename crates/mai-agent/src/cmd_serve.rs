@@ -153,8 +153,14 @@ impl Channels {
                     // One message's slow command (a title from the model) must not hold up
                     // others.
                     deliveries.spawn(async move {
-                        if let Err(error) = mai_server::inbound::deliver(&state, message).await {
-                            tracing::warn!("incoming message not handled: {error}");
+                        let console = message.platform == crate::console::CONSOLE_PLATFORM;
+                        match mai_server::inbound::deliver(&state, message).await {
+                            // A plain line at the terminal: say what the console chat takes.
+                            Ok(mai_server::inbound::Inbound::Stored { .. }) if console => {
+                                crate::console::print_plain_line_hint();
+                            }
+                            Ok(_) => {}
+                            Err(error) => tracing::warn!("incoming message not handled: {error}"),
                         }
                     });
                 }
