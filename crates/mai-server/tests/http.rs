@@ -979,6 +979,20 @@ async fn the_planner_board_introduces_itself_once_per_session() {
     assert_eq!(second["board"], Value::Null, "{second}");
 }
 
+#[test]
+fn the_route_table_of_the_http_api_doc_lists_every_route_the_router_serves() {
+    let doc_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/http-api.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| ")).collect();
+    for (method, path) in mai_server::http::routes() {
+        let row = format!("| {method} | `{path}` |");
+        assert!(
+            rows.iter().any(|r| r.starts_with(&row)),
+            "docs/http-api.md's route table has no row `{row} … |`"
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_documented_route_is_served_and_mcp_sits_behind_the_guard() {
     let service = Service::start(ScriptedModel::default()).await;
