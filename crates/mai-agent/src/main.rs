@@ -108,6 +108,10 @@ enum ConfigCommand {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // `mai-agent sandbox-exec …`: the built-in launcher `run_command` re-executes (hidden).
+    if let Some(code) = mai_tools::shell::sandbox_exec_mode() {
+        return code;
+    }
     let cli = Cli::parse();
     // A service reports what it does; one-shot commands only warn.
     let default_filter = match cli.command {
