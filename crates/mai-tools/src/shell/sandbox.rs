@@ -88,7 +88,12 @@ pub fn sandbox_launcher_available() -> Result<String, String> {
         .arg("--check")
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run `{} {SANDBOX_EXEC}`: {e}", launcher.program.display()))?;
+        .map_err(|e| {
+            format!(
+                "cannot run `{} {SANDBOX_EXEC}`: {e}",
+                launcher.program.display()
+            )
+        })?;
     let stdout = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     if output.status.success() && !stdout.is_empty() {
         return Ok(stdout);
