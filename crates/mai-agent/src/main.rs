@@ -2,6 +2,7 @@
 //! command. Exit codes: 0 success, 1 the task did not complete, 2 usage or setup error.
 
 mod app;
+mod cmd_config_init;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
@@ -100,6 +101,11 @@ enum ConfigCommand {
         /// The file to check (default: the --config file).
         file: Option<PathBuf>,
     },
+    /// Write a commented starting config (default: <data-dir>/config.toml); never overwrites.
+    Init {
+        /// Where to write it (default: the --config file, else <data-dir>/config.toml).
+        file: Option<PathBuf>,
+    },
 }
 
 /// mimalloc: the task store's writes and the model client allocate many short-lived buffers
@@ -157,6 +163,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     } = &cli.command
     {
         return check_config(file.as_ref().or(cli.config.as_ref()));
+    }
+    if let Command::Config {
+        command: ConfigCommand::Init { file },
+    } = &cli.command
+    {
+        let path = file
+            .clone()
+            .or_else(|| cli.config.clone())
+            .unwrap_or_else(|| {
+                settings::data_dir_or_default(cli.data_dir.as_deref()).join("config.toml")
+            });
+        return cmd_config_init::init(&path);
     }
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
     match cli.command {

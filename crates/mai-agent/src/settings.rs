@@ -54,6 +54,11 @@ pub fn load_file(path: &Path) -> Result<Config> {
         .with_context(|| format!("config file {} is invalid", path.display()))
 }
 
+/// `data_dir` if given, else [`default_data_dir`].
+pub fn data_dir_or_default(data_dir: Option<&Path>) -> PathBuf {
+    data_dir.map_or_else(default_data_dir, Path::to_path_buf)
+}
+
 /// `$MAI_AGENT_DATA_DIR`, else `$XDG_DATA_HOME/mai-agent`, else `~/.local/share/mai-agent`.
 fn default_data_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("MAI_AGENT_DATA_DIR") {

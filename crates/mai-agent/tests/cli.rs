@@ -382,3 +382,48 @@ async fn run_command_in_the_sandbox_needs_no_second_binary() {
     }
     assert!(!answer.contains("not found"), "{answer}");
 }
+
+#[test]
+fn config_init_writes_a_commented_config_that_passes_check_and_never_overwrites() {
+    let data = tempfile::tempdir().unwrap();
+    let init = || {
+        Command::new(binary())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["config", "init"])
+            .env_remove("MAI_AGENT_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let first = init();
+    assert!(first.status.success(), "{first:?}");
+    let path = data.path().join("config.toml");
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(written.contains("# mai-agent configuration"), "{written}");
+    assert!(written.contains("guest_replies"), "{written}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "it may come to hold secrets");
+    }
+    let check = Command::new(binary())
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    // A second init refuses and leaves the file as it was.
+    std::fs::write(&path, "[task]\nmax_rounds = 7\n").unwrap();
+    let second = init();
+    assert_eq!(second.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("already exists; nothing was written"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "[task]\nmax_rounds = 7\n"
+    );
+}
