@@ -427,3 +427,43 @@ fn config_init_writes_a_commented_config_that_passes_check_and_never_overwrites(
         "[task]\nmax_rounds = 7\n"
     );
 }
+
+#[tokio::test]
+async fn the_cassette_documented_in_providers_md_replays_a_whole_run() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/providers.md"),
+    )
+    .unwrap();
+    let cassette = doc
+        .split("```jsonl\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/providers.md has a ```jsonl cassette");
+    let data = tempfile::tempdir().unwrap();
+    let path = data.path().join("trip.jsonl");
+    std::fs::write(&path, cassette).unwrap();
+    // No model server is reachable: every answer comes from the cassette.
+    let (unused, _) = fake_model(|_, _| panic!("the API was called")).await;
+    let output = mai(data.path(), &unused)
+        .args(["run", "plan a trip", "--role", "user", "--json", "--replay"])
+        .arg(&path)
+        .env("MAI_AGENT__POLISH__ENABLED", "true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let result = last_json_line(&stdout);
+    assert_eq!(result["status"], "completed", "{stderr}");
+    assert_eq!(result["answer"], "Saved the plan: day 1, temples.");
+    assert!(
+        stdout.contains("mai> Saved the plan: day 1, temples."),
+        "{stdout}"
+    );
+    let written = data.path().join("files/people/console/local/plan.txt");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "day 1: temples");
+}
