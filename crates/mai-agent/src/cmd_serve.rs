@@ -82,6 +82,8 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         local,
         &config,
     );
+    let (zone, source) = state.engine.default_time_zone();
+    eprintln!("  time:   cron expressions read in {zone} ({source})");
     let http = start_http(&state, &config, listener, stop.clone());
 
     signals.wait().await?;
@@ -206,8 +208,14 @@ impl Channels {
                     // One message's slow command (a title from the model) must not hold up
                     // others.
                     deliveries.spawn(async move {
-                        if let Err(error) = mai_server::inbound::deliver(&state, message).await {
-                            tracing::warn!("incoming message not handled: {error}");
+                        let console = message.platform == crate::console::CONSOLE_PLATFORM;
+                        match mai_server::inbound::deliver(&state, message).await {
+                            // A plain line at the terminal: say what the console chat takes.
+                            Ok(mai_server::inbound::Inbound::Stored { .. }) if console => {
+                                crate::console::print_plain_line_hint();
+                            }
+                            Ok(_) => {}
+                            Err(error) => tracing::warn!("incoming message not handled: {error}"),
                         }
                     });
                 }

@@ -33,6 +33,17 @@ impl ChannelSender for ConsoleChannel {
     }
 }
 
+/// What the console chat of `serve` answers to a plain line: nothing there reads chat the way a
+/// chat bot does (that is MaiBot's or the planner's job), so the person learns what does work.
+pub const PLAIN_LINE_HINT: &str = "this console takes task commands, not chat: \
+`/mt create <what to do>` starts a background task, `/mt list` shows yours, `/mt help` lists \
+the rest (a line also answers a task that asked you something)";
+
+/// Prints [`PLAIN_LINE_HINT`] as the bot's line.
+pub fn print_plain_line_hint() {
+    println!("mai> {PLAIN_LINE_HINT}");
+}
+
 /// Connects the terminal to `host`.
 pub fn connect(host: &EmbeddedHost) {
     host.register_channel(CONSOLE_PLATFORM, Arc::new(ConsoleChannel::default()));

@@ -4,6 +4,7 @@
 mod app;
 mod cmd_backup;
 mod cmd_config;
+mod cmd_config_init;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
@@ -118,6 +119,11 @@ enum ConfigCommand {
         #[arg(long)]
         probe: bool,
     },
+    /// Write a commented starting config (default: <data-dir>/config.toml); never overwrites.
+    Init {
+        /// Where to write it (default: the --config file, else <data-dir>/config.toml).
+        file: Option<PathBuf>,
+    },
 }
 
 /// mimalloc: the task store's writes and the model client allocate many short-lived buffers
@@ -126,6 +132,10 @@ enum ConfigCommand {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // `mai-agent sandbox-exec …`: the built-in launcher `run_command` re-executes (hidden).
+    if let Some(code) = mai_tools::shell::sandbox_exec_mode() {
+        return code;
+    }
     let cli = Cli::parse();
     // A service reports what it does; one-shot commands only warn.
     let default_filter = match cli.command {
@@ -172,6 +182,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     {
         let file = file.as_deref().or(cli.config.as_deref());
         return cmd_config::check(file, cli.data_dir.as_deref(), *probe).await;
+    }
+    if let Command::Config {
+        command: ConfigCommand::Init { file },
+    } = &cli.command
+    {
+        let path = file
+            .clone()
+            .or_else(|| cli.config.clone())
+            .unwrap_or_else(|| {
+                settings::data_dir_or_default(cli.data_dir.as_deref()).join("config.toml")
+            });
+        return cmd_config_init::init(&path);
     }
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
     if matches!(cli.command, Command::Run { .. } | Command::Mcp) {

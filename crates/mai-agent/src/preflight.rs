@@ -86,7 +86,7 @@ fn check_sandbox(config: &Config) -> Result<Option<String>> {
     if !config.shell.sandbox {
         return Ok(None);
     }
-    match mai_tools::shell::sandbox_launcher() {
+    match mai_tools::shell::sandbox_launcher_available() {
         Ok(_) => Ok(None),
         Err(why) if config.shell.enabled => bail!("[shell] sandbox = true, but {why}"),
         Err(why) => Ok(Some(format!(
@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn a_sandboxed_shell_is_refused_exactly_when_the_launcher_is_missing() {
-        let launcher = mai_tools::shell::sandbox_launcher();
+        let launcher = mai_tools::shell::sandbox_launcher_available();
         let on = check_sandbox(&sandboxed(true));
         let off = check_sandbox(&sandboxed(false)).unwrap();
         match launcher {

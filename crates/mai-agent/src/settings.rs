@@ -77,6 +77,11 @@ fn blame(error: ConfigError, path: Option<&Path>) -> anyhow::Error {
     }
 }
 
+/// `data_dir` if given, else [`default_data_dir`].
+pub fn data_dir_or_default(data_dir: Option<&Path>) -> PathBuf {
+    data_dir.map_or_else(default_data_dir, Path::to_path_buf)
+}
+
 /// `$MAI_AGENT_DATA_DIR`, else `$XDG_DATA_HOME/mai-agent`, else `~/.local/share/mai-agent`.
 fn default_data_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("MAI_AGENT_DATA_DIR") {

@@ -298,3 +298,172 @@ async fn a_killed_run_resumes_without_repeating_checkpointed_tool_calls() {
     let history = String::from_utf8_lossy(&history.stdout);
     assert!(history.contains("recovered from running"), "{history}");
 }
+
+/// Whether this kernel can enforce Landlock, asked of the binary's own launcher.
+fn landlock_here() -> bool {
+    let check = Command::new(binary())
+        .args(["sandbox-exec", "--check"])
+        .output()
+        .unwrap();
+    check.status.success()
+}
+
+#[test]
+fn the_sandbox_launcher_is_built_into_the_binary_and_fails_closed() {
+    let work = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo \"$MAI_SANDBOX\" > {work}/inside; echo x > {outside}/escaped",
+        work = work.path().display(),
+        outside = outside.path().display()
+    );
+    let output = Command::new(binary())
+        .arg("sandbox-exec")
+        .arg("--workdir")
+        .arg(work.path())
+        .args(["--", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if landlock_here() {
+        let inside = std::fs::read_to_string(work.path().join("inside")).unwrap();
+        assert!(inside.starts_with("fs"), "confined: {inside}");
+        assert!(!outside.path().join("escaped").exists(), "{stderr}");
+    } else {
+        // Fails closed: nothing ran, the reason is on stderr.
+        assert_eq!(output.status.code(), Some(125), "{stderr}");
+        assert!(stderr.starts_with("mai-sandbox: "), "{stderr}");
+        assert!(!work.path().join("inside").exists());
+    }
+    let usage = Command::new(binary())
+        .args(["sandbox-exec", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("--workdir DIR -- COMMAND"));
+}
+
+#[tokio::test]
+async fn run_command_in_the_sandbox_needs_no_second_binary() {
+    let (server, _) = fake_model(|results, body| match results {
+        0 => tool_call(
+            "c1",
+            "run_command",
+            json!({"command": "echo sandbox=$MAI_SANDBOX"}),
+        ),
+        _ => {
+            let result = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "tool")
+                .unwrap();
+            answer(result["content"].as_str().unwrap())
+        }
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let output = mai(data.path(), &server)
+        .args(["run", "show the sandbox", "--role", "admin", "--json"])
+        .env("MAI_AGENT__PERMISSION__ADMINS", r#"["console:local"]"#)
+        .env("MAI_AGENT__SHELL__ENABLED", "true")
+        .env("MAI_AGENT__SHELL__SANDBOX", "true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let answer = last_json_line(&stdout)["answer"].to_string();
+    if landlock_here() {
+        assert!(answer.contains("sandbox=fs"), "{answer}\nstderr: {stderr}");
+    } else {
+        assert!(answer.contains("Landlock"), "{answer}\nstderr: {stderr}");
+    }
+    assert!(!answer.contains("not found"), "{answer}");
+}
+
+#[test]
+fn config_init_writes_a_commented_config_that_passes_check_and_never_overwrites() {
+    let data = tempfile::tempdir().unwrap();
+    let init = || {
+        Command::new(binary())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["config", "init"])
+            .env_remove("MAI_AGENT_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let first = init();
+    assert!(first.status.success(), "{first:?}");
+    let path = data.path().join("config.toml");
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(written.contains("# mai-agent configuration"), "{written}");
+    assert!(written.contains("guest_replies"), "{written}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "it may come to hold secrets");
+    }
+    let check = Command::new(binary())
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    // A second init refuses and leaves the file as it was.
+    std::fs::write(&path, "[task]\nmax_rounds = 7\n").unwrap();
+    let second = init();
+    assert_eq!(second.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("already exists; nothing was written"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "[task]\nmax_rounds = 7\n"
+    );
+}
+
+#[tokio::test]
+async fn the_cassette_documented_in_providers_md_replays_a_whole_run() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/providers.md"),
+    )
+    .unwrap();
+    let cassette = doc
+        .split("```jsonl\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/providers.md has a ```jsonl cassette");
+    let data = tempfile::tempdir().unwrap();
+    let path = data.path().join("trip.jsonl");
+    std::fs::write(&path, cassette).unwrap();
+    // No model server is reachable: every answer comes from the cassette.
+    let (unused, _) = fake_model(|_, _| panic!("the API was called")).await;
+    let output = mai(data.path(), &unused)
+        .args(["run", "plan a trip", "--role", "user", "--json", "--replay"])
+        .arg(&path)
+        .env("MAI_AGENT__POLISH__ENABLED", "true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let result = last_json_line(&stdout);
+    assert_eq!(result["status"], "completed", "{stderr}");
+    assert_eq!(result["answer"], "Saved the plan: day 1, temples.");
+    assert!(
+        stdout.contains("mai> Saved the plan: day 1, temples."),
+        "{stdout}"
+    );
+    let written = data.path().join("files/people/console/local/plan.txt");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "day 1: temples");
+}

@@ -109,6 +109,38 @@ fn text_of_send(action: &Value) -> String {
     }
 }
 
+/// The QQ id a send mentions with an `at` segment before its text, if it does.
+fn mention_of(action: &Value) -> Option<String> {
+    let first = &action["params"]["message"][0];
+    (first["type"] == "at").then(|| first["data"]["qq"].as_str().unwrap().to_owned())
+}
+
+/// Waits until serve's log has a line containing `needle` (bounded).
+async fn wait_log(served: &Served, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(line) = served
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains(needle))
+        {
+            return line.clone();
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if tokio::time::timeout(left, served.line_added.notified())
+            .await
+            .is_err()
+        {
+            panic!(
+                "serve never logged `{needle}`: {:?}",
+                served.log.lock().unwrap()
+            );
+        }
+    }
+}
+
 fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
@@ -234,6 +266,7 @@ async fn a_planner_task_asks_in_the_group_gets_the_answer_over_onebot_and_delive
         text_of_send(&question).contains("Which city?"),
         "{question}"
     );
+    assert_eq!(mention_of(&question), Some(ALICE.to_string()), "{question}");
     onebot.group_message(ALICE, "Kyoto");
 
     // The result is delivered to the same group.
@@ -241,6 +274,11 @@ async fn a_planner_task_asks_in_the_group_gets_the_answer_over_onebot_and_delive
     assert_eq!(result["params"]["group_id"], GROUP);
     assert_eq!(result["params"]["message_type"], "group");
     assert!(text_of_send(&result).contains("Kyoto: sunny"), "{result}");
+    assert_eq!(
+        mention_of(&result),
+        Some(ALICE.to_string()),
+        "names who asked: {result}"
+    );
     let status: Value = reqwest::Client::new()
         .get(format!("{}/v1/tasks/{task_id}", served.base))
         .bearer_auth(TOKEN)
@@ -252,4 +290,55 @@ async fn a_planner_task_asks_in_the_group_gets_the_answer_over_onebot_and_delive
         .unwrap();
     assert_eq!(status["status"], "completed", "{status}");
     planner.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_in_a_quiet_group_get_no_answer_and_a_reply_names_who_asked() {
+    const BOB: i64 = 10002;
+    let (model, _) = fake_model(|_, _| answer("milk is on the list")).await;
+    let mut onebot = fake_onebot().await;
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("mai-agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[channels.onebot]\nenabled = true\nurl = \"{}\"\nguest_replies = false\n\n\
+             [permission]\nusers = [\"qq:{ALICE}\"]\n",
+            onebot.url
+        ),
+    )
+    .unwrap();
+    let mut command = mai(data.path(), &model);
+    command
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    let served = Served::start(command);
+    tokio::time::timeout(Duration::from_secs(60), onebot.connected.recv())
+        .await
+        .expect("serve never connected to OneBot");
+    // What an operator looks for: the connection, at the default log level.
+    let connected = wait_log(&served, "OneBot connected").await;
+    assert!(connected.contains(&onebot.url), "{connected}");
+
+    // Bob is a guest here: his commands go unanswered (and create nothing).
+    onebot.group_message(BOB, "/mt help");
+    onebot.group_message(BOB, "/mt create spam the group");
+    // Alice is a user: her command is answered, and so is her task, naming her.
+    onebot.group_message(ALICE, "/mt create add milk to the list");
+    let created = onebot.next_send().await;
+    assert!(text_of_send(&created).contains("created"), "{created}");
+    let reply = onebot.next_send().await;
+    assert!(
+        text_of_send(&reply).contains("milk is on the list"),
+        "{reply}"
+    );
+    assert_eq!(mention_of(&reply), Some(ALICE.to_string()), "{reply}");
+    assert_eq!(text_of_send(&reply), " milk is on the list");
+    let tasks = active_tasks(&reqwest::Client::new(), &served.base).await;
+    assert!(tasks.is_empty(), "Bob's create made nothing: {tasks:?}");
+    assert!(
+        onebot.actions.try_recv().is_err(),
+        "nothing was sent to Bob"
+    );
 }

@@ -196,6 +196,12 @@ async fn the_console_chat_of_serve_takes_commands_typed_at_the_terminal() {
     let mut served = Served::start(serve_command(data.path(), &model, &config));
     served.wait_line("the console hint", |l| l.contains("console chat"));
     let stdin = served.stdin.as_mut().unwrap();
+    // A plain line is not chat here: the answer says what to type instead.
+    writeln!(stdin, "hello, are you there?").unwrap();
+    stdin.flush().unwrap();
+    let hint = served.wait_line("the plain-line hint", |l| l.starts_with("mai> "));
+    assert!(hint.contains("`/mt create <what to do>`"), "{hint}");
+    let stdin = served.stdin.as_mut().unwrap();
     writeln!(stdin, "/mt create say done").unwrap();
     stdin.flush().unwrap();
     let created = served.wait_line("the create reply", |l| l.starts_with("mai> "));

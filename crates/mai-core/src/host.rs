@@ -176,6 +176,20 @@ pub trait Host: Send + Sync + 'static {
         self.send_text(stream, text).await
     }
 
+    /// Sends the first part of a reply or a question meant for `to` in a group stream, so the
+    /// group sees whom it answers. A host whose channel can mention people (the embedded host's
+    /// OneBot channel: an `at` segment before the text) does; the default sends the part as
+    /// [`Host::send_part`] does.
+    async fn send_part_to(
+        &self,
+        stream: &StreamId,
+        _to: &PersonId,
+        text: &str,
+        part_id: &str,
+    ) -> Result<Delivery, HostError> {
+        self.send_part(stream, text, part_id).await
+    }
+
     /// Appends a note to the stream's context that the planner sees and people do not.
     async fn append_context(&self, stream: &StreamId, note: &str) -> Result<(), HostError>;
 

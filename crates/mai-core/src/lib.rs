@@ -13,4 +13,5 @@ pub mod permission;
 pub mod role;
 pub mod store;
 pub mod task;
+pub mod time_zone;
 pub mod tool;

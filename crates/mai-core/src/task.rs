@@ -66,8 +66,16 @@ pub enum TaskLevel {
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Trigger {
     Now,
-    Delay { seconds: u64 },
-    Cron { expr: String },
+    Delay {
+        seconds: u64,
+    },
+    /// A recurring run: `expr` read in `timezone` (an IANA name), or in `[task] timezone` when
+    /// the task was created without one.
+    Cron {
+        expr: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timezone: Option<String>,
+    },
 }
 
 /// The lifecycle state of a task.
@@ -401,6 +409,7 @@ mod tests {
                 reply_stream_id: None,
                 trigger: Trigger::Cron {
                     expr: "0 18 * * *".into(),
+                    timezone: None,
                 },
                 priority: 0,
                 max_runtime_min: 0,

@@ -1,5 +1,6 @@
 //! The engine's immutable dependencies in one value: what every part that runs tasks reads
-//! (store, model, host, tool registry, live config, prompt templates, clock). A leaf: it holds
+//! (store, model, host, tool registry, live config, prompt templates, clock, the system's time
+//! zone). A leaf: it holds
 //! them and does nothing with them.
 
 use std::sync::Arc;
@@ -23,4 +24,7 @@ pub struct Deps {
     pub(crate) config: Arc<LiveConfig>,
     pub(crate) prompts: Arc<Prompts>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The system's time zone and where it was found, once at start: cron's zone when neither
+    /// the task nor `[task] timezone` names one.
+    pub(crate) system_zone: (chrono_tz::Tz, &'static str),
 }

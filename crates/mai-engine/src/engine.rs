@@ -183,6 +183,25 @@ impl Engine {
         self.clock.now()
     }
 
+    /// The zone a cron expression is read in: the task's own, else `[task] timezone` (read live,
+    /// so a reload moves every task that has none), else the system's.
+    pub(crate) fn cron_zone(&self, task_zone: Option<&str>) -> Result<chrono_tz::Tz, String> {
+        let config = self.config.config();
+        match task_zone.or(config.task.timezone.as_deref()) {
+            Some(name) => mai_core::time_zone::parse_time_zone(name),
+            None => Ok(self.system_zone.0),
+        }
+    }
+
+    /// The zone cron expressions without their own are read in, and where it comes from (for
+    /// the start-up line).
+    pub fn default_time_zone(&self) -> (chrono_tz::Tz, &'static str) {
+        match self.cron_zone(None) {
+            Ok(zone) if self.config.config().task.timezone.is_some() => (zone, "[task] timezone"),
+            _ => self.system_zone,
+        }
+    }
+
     /// Remembers that a planner `session` was shown `board`; returns what it was shown before.
     pub(crate) fn board_shown(
         &self,

@@ -28,9 +28,7 @@ pub enum EngineError {
     /// A cap of `[limits]` would be exceeded; nothing was created.
     #[error("limit reached: {0}")]
     LimitReached(String),
-    #[error(
-        "invalid cron expression `{expr}`: {detail} (expected 5 fields: minute hour day month weekday, e.g. `0 18 * * *`)"
-    )]
+    #[error("invalid cron expression `{expr}`: {detail} ({accepted})", accepted = crate::cron::ACCEPTED)]
     InvalidCron { expr: String, detail: String },
     #[error("task {short} is {status}; {what}")]
     WrongState {

@@ -33,6 +33,7 @@ mod wiring;
 
 pub use agent_loop::MAX_TOOL_CALLS_PER_ROUND;
 pub use commands::handle_command;
+pub use cron::system_time_zone;
 pub use engine::{Engine, EngineDeps};
 pub use error::EngineError;
 pub use events::TaskEvent;
@@ -56,6 +57,6 @@ pub mod fuzzing {
     /// How the engine validates a `cron_expr` and finds its next fire time (task creation and
     /// cron re-arm both go through this).
     pub fn next_fire(expr: &str, after: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-        crate::cron::next_fire(expr, after)
+        crate::cron::next_fire(expr, chrono_tz::Tz::UTC, after)
     }
 }

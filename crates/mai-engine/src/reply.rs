@@ -12,7 +12,7 @@ use serde_json::json;
 
 use mai_core::backoff::Backoff;
 use mai_core::host::Delivery;
-use mai_core::ids::StreamId;
+use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
 use mai_core::store::SaveOutcome;
 use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus};
@@ -71,6 +71,8 @@ impl Engine {
                 return RunEnd::Delivered;
             };
             let id = part_id(&task.id.to_string(), progress.sent);
+            // A reply's first part in a group names the person who asked.
+            let to = mention_of(task).filter(|_| task.metadata.is_reply && progress.sent == 0);
             if let Some(reason) = control.reason() {
                 return RunEnd::Stopped(reason);
             }
@@ -78,7 +80,7 @@ impl Engine {
                 _ = control.token.cancelled() => {
                     return RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown));
                 }
-                sent = self.send_with_retries(task.id, &stream, &part, &id) => sent,
+                sent = self.send_with_retries(task.id, &stream, &part, &id, to.as_ref()) => sent,
             };
             if let Err(error) = sent {
                 return RunEnd::Failed(error);
@@ -113,17 +115,20 @@ impl Engine {
     }
 
     /// Polishes (if enabled), splits (if enabled), and sends every part; part ids start with
-    /// `key`. Used for questions, which are not tasks of their own.
+    /// `key`; the first part mentions `to` (see [`mention_of`]). Used for questions, which are
+    /// not tasks of their own.
     pub(crate) async fn deliver(
         &self,
         task_id: TaskId,
         stream: &StreamId,
         text: &str,
         key: &str,
+        to: Option<&PersonId>,
     ) -> Result<(), String> {
         let parts = self.prepare_parts(stream, text, true, true).await;
         for (index, part) in parts.iter().enumerate() {
-            self.send_with_retries(task_id, stream, part, &part_id(key, index))
+            let to = to.filter(|_| index == 0);
+            self.send_with_retries(task_id, stream, part, &part_id(key, index), to)
                 .await?;
         }
         Ok(())
@@ -234,6 +239,7 @@ impl Engine {
         stream: &StreamId,
         part: &str,
         part_id: &str,
+        to: Option<&PersonId>,
     ) -> Result<(), String> {
         let send = self.config.config().send.clone();
         let base = Duration::from_millis(send.retry_base_ms);
@@ -258,7 +264,11 @@ impl Engine {
                     ));
                 }
             }
-            match self.host.send_part(stream, part, part_id).await {
+            let delivery = match to {
+                Some(person) => self.host.send_part_to(stream, person, part, part_id).await,
+                None => self.host.send_part(stream, part, part_id).await,
+            };
+            match delivery {
                 Ok(Delivery::Sent) => {
                     self.emit(TaskEvent::Sent {
                         task_id,
@@ -303,4 +313,11 @@ impl Engine {
 /// or a restart of either side — carries the same id.
 pub fn part_id(key: &str, index: usize) -> String {
     format!("{key}:{index}")
+}
+
+/// Whom a task's reply or question names in its chat: its requester, when the task belongs to a
+/// group chat (in a private chat it is obvious).
+pub(crate) fn mention_of(task: &TaskRecord) -> Option<PersonId> {
+    task.metadata.group_id.as_ref()?;
+    task.requester().cloned()
 }

@@ -429,13 +429,16 @@ impl Engine {
         let now = self.now();
         task.transition(TaskStatus::Completed, ACTOR, reason, now)?;
         let next = match &task.trigger {
-            Trigger::Cron { expr } => match next_fire_blocking(expr, now).await {
-                Ok(next) => Some(next),
-                Err(detail) => {
+            Trigger::Cron { expr, timezone } => {
+                let next = match self.cron_zone(timezone.as_deref()) {
+                    Ok(zone) => next_fire_blocking(expr, zone, now).await,
+                    Err(e) => Err(format!("timezone: {e}")),
+                };
+                next.map_err(|detail| {
                     tracing::error!(task = %task.id, %detail, "cron task cannot be re-armed");
-                    None
-                }
-            },
+                })
+                .ok()
+            }
             _ => None,
         };
         if let Some(next) = next {

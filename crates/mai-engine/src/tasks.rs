@@ -214,7 +214,7 @@ impl Engine {
         }
         check_length("intent", &intent, MAX_INTENT_CHARS)?;
         let now = self.now();
-        let (status, scheduled_at) = first_run(&request.trigger, now).await?;
+        let (status, scheduled_at) = first_run(self, &request.trigger, now).await?;
         let parent = match request.parent_task_id {
             Some(id) => Some(
                 self.store
@@ -727,6 +727,7 @@ pub(crate) fn resolve_among(
 
 /// The status a new task starts in and when it first runs.
 async fn first_run(
+    engine: &Engine,
     trigger: &Trigger,
     now: chrono::DateTime<Utc>,
 ) -> Result<(TaskStatus, Option<chrono::DateTime<Utc>>), EngineError> {
@@ -744,14 +745,16 @@ async fn first_run(
                 })?;
             Ok((TaskStatus::Scheduled, Some(due)))
         }
-        Trigger::Cron { expr } => {
-            let next =
-                next_fire_blocking(expr, now)
-                    .await
-                    .map_err(|detail| EngineError::InvalidCron {
-                        expr: expr.clone(),
-                        detail,
-                    })?;
+        Trigger::Cron { expr, timezone } => {
+            let zone = engine
+                .cron_zone(timezone.as_deref())
+                .map_err(|e| EngineError::Invalid(format!("timezone: {e}")))?;
+            let next = next_fire_blocking(expr, zone, now)
+                .await
+                .map_err(|detail| EngineError::InvalidCron {
+                    expr: expr.clone(),
+                    detail,
+                })?;
             Ok((TaskStatus::Scheduled, Some(next)))
         }
     }

@@ -165,6 +165,7 @@ impl Messenger for ToolHandle {
                     stream,
                     part,
                     &crate::reply::part_id(&key, index),
+                    None,
                 )
                 .await?;
         }

@@ -74,7 +74,11 @@ impl Engine {
         // 3. The question, polished, into the task's stream.
         let stream = task.stream_id.clone();
         let key = question_key(task.id, &call.id);
-        if let Err(error) = self.deliver(task.id, &stream, &question, &key).await {
+        let to = crate::reply::mention_of(task);
+        if let Err(error) = self
+            .deliver(task.id, &stream, &question, &key, to.as_ref())
+            .await
+        {
             return self
                 .question_not_delivered(task, conversation, &call, &error)
                 .await;
@@ -155,7 +159,11 @@ impl Engine {
             return;
         };
         let stream = task.stream_id.clone();
-        if let Err(error) = self.deliver(task.id, &stream, &question, &key).await {
+        let to = crate::reply::mention_of(&task);
+        if let Err(error) = self
+            .deliver(task.id, &stream, &question, &key, to.as_ref())
+            .await
+        {
             // The task keeps waiting; the question's timeout tells the model nobody answered.
             tracing::warn!(task = %task.id, %error, "could not send the question again after a restart");
             return;

@@ -25,6 +25,7 @@ impl Engine {
             config: deps.config,
             prompts: deps.prompts,
             clock: deps.clock,
+            system_zone: crate::cron::system_time_zone(),
         });
         let handle = Arc::new(ToolHandle::new(&engine));
         builtin_tools::register(&engine, &handle, deps.files_root).await?;

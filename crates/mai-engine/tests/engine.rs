@@ -252,6 +252,7 @@ async fn guests_cannot_create_and_users_cannot_touch_others_tasks() {
             CreateTask {
                 trigger: Trigger::Cron {
                     expr: "61 * * * *".into(),
+                    timezone: None,
                 },
                 ..CreateTask::agent("bad cron")
             },

@@ -455,6 +455,7 @@ async fn a_cron_task_rearms_after_completion_and_a_cancel_stops_it() {
             CreateTask {
                 trigger: Trigger::Cron {
                     expr: "* * * * *".into(),
+                    timezone: None,
                 },
                 title: Some("water".into()),
                 ..CreateTask::agent("remind")
@@ -504,6 +505,93 @@ async fn a_cron_task_rearms_after_completion_and_a_cancel_stops_it() {
         .await;
     }
     assert_eq!(h.host.sent_to("s").len(), 2);
+}
+
+fn utc(rfc3339: &str) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+}
+
+fn cron_in(expr: &str, timezone: Option<&str>) -> CreateTask {
+    CreateTask {
+        trigger: Trigger::Cron {
+            expr: expr.into(),
+            timezone: timezone.map(str::to_owned),
+        },
+        ..CreateTask::agent("remind")
+    }
+}
+
+#[tokio::test]
+async fn six_pm_in_shanghai_fires_at_ten_utc_and_rearms_for_the_next_day() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("dinner")));
+    let clock = ManualClock::at("2025-03-01T08:15:42.5Z");
+    let mut config = test_config();
+    config.task.timezone = Some("UTC".into());
+    let mut h =
+        Harness::start_with(config, model, Arc::new(ToolRegistry::new()), clock.clone()).await;
+    let alice = caller("user", Role::User, "s");
+    let task = h
+        .engine
+        .create(&alice, cron_in("0 18 * * *", Some("Asia/Shanghai")))
+        .await
+        .unwrap();
+    assert_eq!(task.scheduled_at, Some(utc("2025-03-01T10:00:00Z")));
+    let in_utc = h
+        .engine
+        .create(&alice, cron_in("0 18 * * *", None))
+        .await
+        .unwrap();
+    assert_eq!(in_utc.scheduled_at, Some(utc("2025-03-01T18:00:00Z")));
+
+    clock.advance(chrono::Duration::seconds(6258)); // 10:00:00.5
+    h.engine.clock_changed();
+    h.wait_status(task.id, TaskStatus::Completed).await;
+    h.wait_status(task.id, TaskStatus::Scheduled).await;
+    let rearmed = record(&h.engine, task.id).await;
+    assert_eq!(rearmed.scheduled_at, Some(utc("2025-03-02T10:00:00Z")));
+    assert_eq!(
+        record(&h.engine, in_utc.id).await.status,
+        TaskStatus::Scheduled,
+        "18:00 UTC has not come"
+    );
+}
+
+#[tokio::test]
+async fn a_cron_task_without_a_zone_follows_task_timezone_and_a_wrong_zone_is_refused() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("ok")));
+    let clock = ManualClock::at("2025-03-01T08:15:42.5Z");
+    let mut config = test_config();
+    config.task.timezone = Some("Asia/Shanghai".into());
+    let h = Harness::start_with(config, model, Arc::new(ToolRegistry::new()), clock).await;
+    let alice = caller("user", Role::User, "s");
+    let task = h
+        .engine
+        .create(&alice, cron_in("0 18 * * *", None))
+        .await
+        .unwrap();
+    assert_eq!(task.scheduled_at, Some(utc("2025-03-01T10:00:00Z")));
+    assert_eq!(h.engine.default_time_zone().0.to_string(), "Asia/Shanghai");
+    let error = h
+        .engine
+        .create(&alice, cron_in("0 18 * * *", Some("Asia/Shangai")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("timezone: `Asia/Shangai` is not an IANA time zone name"),
+        "{error}"
+    );
+    assert!(error.contains("did you mean `Asia/Shanghai`?"), "{error}");
+    let error = h
+        .engine
+        .create(&alice, cron_in("0 0 18 * * *", None))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("it has 6 field(s)"), "{error}");
+    assert!(error.contains("expected 5 fields"), "{error}");
 }
 
 fn clock_now(clock: &ManualClock) -> chrono::DateTime<chrono::Utc> {

@@ -166,6 +166,7 @@ fn cron(intent: &str) -> CreateTask {
     CreateTask {
         trigger: Trigger::Cron {
             expr: "0 18 * * *".into(),
+            timezone: None,
         },
         title: Some(intent.into()),
         ..CreateTask::agent(intent)

@@ -128,6 +128,7 @@ async fn the_registry_has_the_eleven_tools_with_their_parameters_and_visibility(
                 "priority",
                 "reply_stream_id",
                 "stream_id",
+                "timezone",
             ],
             &["intent", "stream_id"],
         ),
@@ -154,7 +155,7 @@ async fn the_registry_has_the_eleven_tools_with_their_parameters_and_visibility(
         ),
         (
             "subagent_schedule",
-            &["cron_expr", "intent", "level", "stream_id"],
+            &["cron_expr", "intent", "level", "stream_id", "timezone"],
             &["cron_expr", "intent", "stream_id"],
         ),
         (
@@ -511,8 +512,33 @@ async fn subagent_schedule_validates_the_cron_expression() {
     assert_eq!(
         task.trigger,
         mai_core::task::Trigger::Cron {
-            expr: "0 18 * * *".into()
+            expr: "0 18 * * *".into(),
+            timezone: None,
         }
+    );
+    let zoned = call(
+        &harness,
+        &registry,
+        "subagent_schedule",
+        json!({"intent": "dinner", "stream_id": "grp-a", "chat_id": "grp-a",
+               "cron_expr": "0 18 * * *", "timezone": "Asia/Shanghai"}),
+    )
+    .await;
+    let task = record(&harness.engine, id_of(&zoned)).await;
+    assert_eq!(
+        task.trigger,
+        mai_core::task::Trigger::Cron {
+            expr: "0 18 * * *".into(),
+            timezone: Some("Asia/Shanghai".into()),
+        }
+    );
+    let next = task.scheduled_at.unwrap();
+    assert_eq!(next.format("%M:%S").to_string(), "00:00");
+    assert_eq!(
+        next.with_timezone(&chrono_tz::Tz::Asia__Shanghai)
+            .format("%H")
+            .to_string(),
+        "18"
     );
     let both = call(
         &harness,

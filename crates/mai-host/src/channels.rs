@@ -16,6 +16,17 @@ pub trait ChannelSender: Send + Sync + 'static {
     /// Sends `text` to `stream`. `Ok(Delivery::Rejected(why))` when the channel answered but
     /// did not deliver; `Err` when it could not be reached.
     async fn send(&self, stream: &StreamInfo, text: &str) -> Result<Delivery, HostError>;
+
+    /// Sends `text` to `stream` mentioning the person `user_id` of this channel's platform
+    /// first; a channel that cannot mention sends the text alone.
+    async fn send_mentioning(
+        &self,
+        stream: &StreamInfo,
+        _user_id: &str,
+        text: &str,
+    ) -> Result<Delivery, HostError> {
+        self.send(stream, text).await
+    }
 }
 
 /// The registered senders, by platform.

@@ -298,9 +298,15 @@ fn store_bot_message(
     streams::touch(conn, stream, at)
 }
 
-#[async_trait]
-impl Host for EmbeddedHost {
-    async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
+impl EmbeddedHost {
+    /// Sends through the channel of the stream's platform — mentioning `to` first when it is a
+    /// person of that platform in a group stream — and stores what was delivered.
+    async fn send_via_channel(
+        &self,
+        stream: &StreamId,
+        to: Option<&PersonId>,
+        text: &str,
+    ) -> Result<Delivery, HostError> {
         let action = || format!("send to stream {stream}");
         let Some(info) = self.stream_info(stream).await? else {
             return Err(HostError::new(
@@ -311,7 +317,17 @@ impl Host for EmbeddedHost {
         let Some(channel) = self.channels.get(&info.platform) else {
             return Ok(no_channel(&info.platform));
         };
-        let delivery = channel.send(&info, text).await?;
+        let mention = to.filter(|person| {
+            matches!(info.target, ChatTarget::Group { .. }) && person.platform == info.platform
+        });
+        let delivery = match mention {
+            Some(person) => {
+                channel
+                    .send_mentioning(&info, &person.user_id, text)
+                    .await?
+            }
+            None => channel.send(&info, text).await?,
+        };
         if delivery == Delivery::Sent {
             // Only what people saw enters the history.
             let at = to_millis(self.clock.now());
@@ -323,6 +339,23 @@ impl Host for EmbeddedHost {
             .await?;
         }
         Ok(delivery)
+    }
+}
+
+#[async_trait]
+impl Host for EmbeddedHost {
+    async fn send_text(&self, stream: &StreamId, text: &str) -> Result<Delivery, HostError> {
+        self.send_via_channel(stream, None, text).await
+    }
+
+    async fn send_part_to(
+        &self,
+        stream: &StreamId,
+        to: &PersonId,
+        text: &str,
+        _part_id: &str,
+    ) -> Result<Delivery, HostError> {
+        self.send_via_channel(stream, Some(to), text).await
     }
 
     async fn append_context(&self, stream: &StreamId, note: &str) -> Result<(), HostError> {

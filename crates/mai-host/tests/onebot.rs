@@ -210,6 +210,7 @@ fn config(url: &str, token: Option<&str>) -> OneBotConfig {
         reconnect_initial_ms: 10,
         reconnect_max_secs: 1,
         send_timeout_secs: 1,
+        ..OneBotConfig::default()
     }
 }
 

@@ -8,6 +8,10 @@
 //! offer it as the answer to a task acting for that sender waiting in that stream
 //! ("Asking the user": one reply wakes exactly one task).
 //!
+//! With `[channels.onebot] guest_replies = false`, a `/maitask` command that a guest or an
+//! anonymous member sends in a group of that channel is stored and nothing more: no command
+//! runs and nothing is sent, so the bot stays silent in groups where it is not wanted.
+//!
 //! A message from an anonymous group member ([`IncomingMessage::anonymous`]) is stored and
 //! nothing more: its `user_id` is shared by every anonymous member, so it names no one. Such a
 //! sender is a guest without an identity — never looked up in `[permission]`, never a requester
@@ -99,6 +103,18 @@ pub async fn deliver(
     }
     let stored = state.host.ingest_message(&message).await?;
     let stream_id = stored.stream_id;
+    if is_command(&message.text) && silent_to_guests(state, &message) {
+        let role = if message.anonymous {
+            Role::Guest
+        } else {
+            role_of(state, &message)
+        };
+        if role == Role::Guest {
+            tracing::debug!(%stream_id, user = %message.user_id,
+                "a guest's command in a group ignored ([channels.onebot] guest_replies = false)");
+            return Ok(Inbound::Stored { stream_id });
+        }
+    }
     if message.anonymous {
         return Ok(from_anonymous(state, stream_id, &message.text).await);
     }
@@ -132,8 +148,7 @@ pub async fn deliver(
 /// the text, so whoever the shared anonymous id is listed as in `[permission]`, or whoever a
 /// task is waiting on, an anonymous member neither acts as them nor answers for them.
 async fn from_anonymous(state: &ServerState, stream_id: StreamId, text: &str) -> Inbound {
-    let first = text.split_whitespace().next().unwrap_or_default();
-    if !(first.eq_ignore_ascii_case("/maitask") || first.eq_ignore_ascii_case("/mt")) {
+    if !is_command(text) {
         return Inbound::Stored { stream_id };
     }
     let reply = ANONYMOUS_REFUSAL.to_owned();
@@ -148,6 +163,20 @@ async fn from_anonymous(state: &ServerState, stream_id: StreamId, text: &str) ->
 /// The reply to a `/maitask` command from an anonymous group member.
 const ANONYMOUS_REFUSAL: &str = "anonymous members cannot use task commands: a task needs \
     a person to act for and answer to; turn off anonymous mode and send the command again";
+
+/// Whether `text` is a `/maitask` (`/mt`) command.
+fn is_command(text: &str) -> bool {
+    let first = text.split_whitespace().next().unwrap_or_default();
+    first.eq_ignore_ascii_case("/maitask") || first.eq_ignore_ascii_case("/mt")
+}
+
+/// Whether a guest's command in this message's group goes unanswered: a group message of the
+/// OneBot channel's platform with `[channels.onebot] guest_replies = false` (read live).
+fn silent_to_guests(state: &ServerState, message: &IncomingMessage) -> bool {
+    let config = state.engine.config().config();
+    let onebot = &config.channels.onebot;
+    message.group_id.is_some() && !onebot.guest_replies && message.platform == onebot.platform
+}
 
 /// The sender's role in the message's stream, from the live config (a `[permission]` reload
 /// applies to the next message).

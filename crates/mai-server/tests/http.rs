@@ -319,6 +319,20 @@ async fn client_mistakes_are_4xx_with_an_error_naming_the_field() {
         (
             "POST",
             "/v1/tasks",
+            r#"{"intent":"x","stream_id":"s","platform":"qq","timezone":"Asia/Shanghai"}"#,
+            400,
+            "only a cron_expr has a time zone",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            r#"{"intent":"x","stream_id":"s","platform":"qq","cron_expr":"0 18 * * *","timezone":"Beijing"}"#,
+            400,
+            "not an IANA time zone name",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
             r#"{"intent":"  ","stream_id":"s","platform":"qq"}"#,
             400,
             "intent is empty",
@@ -608,6 +622,7 @@ async fn scheduled_tasks_are_cancelled_and_instructions_checked() {
                 "platform": "qq",
                 "title": "water",
                 "cron_expr": "0 18 * * *",
+                "timezone": "Asia/Shanghai",
                 "level": "instant",
             }))
             .send()
@@ -618,6 +633,12 @@ async fn scheduled_tasks_are_cancelled_and_instructions_checked() {
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["status"], "scheduled");
     assert_eq!(created["level"], "instant");
+    assert_eq!(created["trigger"]["timezone"], "Asia/Shanghai", "{created}");
+    let at = created["scheduled_at"].as_str().unwrap();
+    assert!(
+        at.ends_with("T10:00:00Z"),
+        "18:00 in Shanghai, whole seconds: {at}"
+    );
     let id = task_id(&created);
     let (status, scheduled) = json_of(
         served
@@ -956,6 +977,20 @@ async fn the_planner_board_introduces_itself_once_per_session() {
     )
     .await;
     assert_eq!(second["board"], Value::Null, "{second}");
+}
+
+#[test]
+fn the_route_table_of_the_http_api_doc_lists_every_route_the_router_serves() {
+    let doc_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/http-api.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| ")).collect();
+    for (method, path) in mai_server::http::routes() {
+        let row = format!("| {method} | `{path}` |");
+        assert!(
+            rows.iter().any(|r| r.starts_with(&row)),
+            "docs/http-api.md's route table has no row `{row} … |`"
+        );
+    }
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ fn full_record() -> mai_core::task::TaskRecord {
     task.reply_stream_id = Some(stream("qq:private:7"));
     task.trigger = Trigger::Cron {
         expr: "0 18 * * *".into(),
+        timezone: None,
     };
     task.scheduled_at = Some(at(3600));
     task.priority = -3;

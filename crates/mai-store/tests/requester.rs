@@ -73,6 +73,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
         let mut cron = task(&format!("cron {index}"), 1 + index as i64);
         cron.trigger = Trigger::Cron {
             expr: "0 18 * * *".into(),
+            timezone: None,
         };
         cron.force(status, "test", "setup", at(10));
         plan.push(cron);

@@ -465,7 +465,7 @@ async fn a_missing_sandbox_launcher_is_a_clear_error() {
         .await;
     let error = outcome.error_message().unwrap();
     assert!(error.contains("sandbox launcher not found"), "{error}");
-    // The default definition builds too (it looks next to the running executable).
+    // The default definition builds too (it re-executes the running executable).
     assert_eq!(run_command_tool().unwrap().name(), RUN_COMMAND);
 }
 

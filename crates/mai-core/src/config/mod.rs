@@ -93,6 +93,25 @@ pub struct TaskConfig {
     /// How long `ask_user` waits for an answer.
     pub default_timeout_min: u32,
     pub max_rounds: u32,
+    /// The IANA time zone cron expressions are read in (`Asia/Shanghai`); `None` = the system's.
+    /// A task created with its own zone keeps that one.
+    pub timezone: Option<String>,
+}
+
+impl TaskConfig {
+    /// Checks `timezone` names a known zone.
+    fn validate_timezone(&self) -> Result<(), ConfigError> {
+        match &self.timezone {
+            Some(name) => crate::time_zone::parse_time_zone(name)
+                .map(|_| ())
+                .map_err(|problem| ConfigError::Invalid {
+                    section: "task",
+                    key: "timezone",
+                    problem,
+                }),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Default for TaskConfig {
@@ -102,6 +121,7 @@ impl Default for TaskConfig {
             max_runtime_min: 0,
             default_timeout_min: 10,
             max_rounds: 30,
+            timezone: None,
         }
     }
 }
@@ -514,6 +534,7 @@ impl Config {
                 });
             }
         }
+        task.validate_timezone()?;
         if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
         {
             return Err(ConfigError::Invalid {

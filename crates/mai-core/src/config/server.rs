@@ -86,6 +86,9 @@ pub struct OneBotConfig {
     pub reconnect_max_secs: u64,
     /// How long a `send_msg` waits for its `echo`-correlated answer.
     pub send_timeout_secs: u64,
+    /// Whether guests (and anonymous members) get an answer to a `/mt` command in a group;
+    /// `false` keeps the bot silent in groups where nobody is listed in `[permission]`.
+    pub guest_replies: bool,
 }
 
 impl Default for OneBotConfig {
@@ -98,6 +101,7 @@ impl Default for OneBotConfig {
             reconnect_initial_ms: 500,
             reconnect_max_secs: 30,
             send_timeout_secs: 10,
+            guest_replies: true,
         }
     }
 }

@@ -55,7 +55,8 @@ const HISTORY: &str = "The timeline of one background sub-agent of this conversa
 changes and the recent steps of its agent (tool calls, results, injected instructions). Use to \
 explain what a task did or why it failed; for a short summary use subagent_status.";
 const SCHEDULE: &str = "Schedule a recurring background sub-agent with a cron expression (5 \
-fields: minute hour day month weekday, e.g. \"0 9 * * 1-5\" = weekdays at 09:00): an \
+fields: minute hour day month weekday, e.g. \"0 9 * * 1-5\" = weekdays at 09:00, in the \
+server's time zone unless timezone names one, e.g. \"Asia/Shanghai\"): an \
 independent agent runs the intent at every fire time and reports to this conversation. Use for \
 daily, weekly or periodic jobs and recurring reminders; for a one-off run (now or after a delay) \
 use subagent_create.";
@@ -246,6 +247,8 @@ struct CreateArgs {
     delay_seconds: Option<u64>,
     /// Recurring schedule (5-field cron); prefer subagent_schedule.
     cron_expr: Option<String>,
+    /// IANA time zone cron_expr is read in, e.g. "Asia/Shanghai" (default: the server's).
+    timezone: Option<String>,
     /// Higher runs first when many are queued (default 0).
     priority: Option<i32>,
     /// Deliver the result to this other stream instead of the current one.
@@ -271,7 +274,10 @@ impl Operation for Create {
             }
             (Some(0) | None, None) => Trigger::Now,
             (Some(seconds), None) => Trigger::Delay { seconds },
-            (None, Some(expr)) => Trigger::Cron { expr },
+            (None, Some(expr)) => Trigger::Cron {
+                expr,
+                timezone: non_empty(args.timezone),
+            },
         };
         create(
             call,
@@ -295,6 +301,8 @@ struct ScheduleArgs {
     stream_id: String,
     /// 5 fields: minute hour day month weekday, e.g. "0 18 * * *" (daily at 18:00).
     cron_expr: String,
+    /// IANA time zone cron_expr is read in, e.g. "Asia/Shanghai" (default: the server's).
+    timezone: Option<String>,
     /// agent (default) or instant (just deliver the intent as a message, e.g. a reminder).
     level: Option<Level>,
     #[schemars(skip)]
@@ -317,7 +325,10 @@ impl Operation for Schedule {
             call,
             CreateTask {
                 level: level_of(args.level),
-                trigger: Trigger::Cron { expr },
+                trigger: Trigger::Cron {
+                    expr,
+                    timezone: non_empty(args.timezone),
+                },
                 ..CreateTask::agent(args.intent)
             },
         )

@@ -191,6 +191,14 @@ impl ManualClock {
     pub fn new() -> Arc<Self> {
         Arc::new(ManualClock(Mutex::new(Utc::now())))
     }
+    /// A clock that starts at `rfc3339`.
+    #[allow(dead_code)]
+    pub fn at(rfc3339: &str) -> Arc<Self> {
+        let start = DateTime::parse_from_rfc3339(rfc3339)
+            .unwrap()
+            .with_timezone(&Utc);
+        Arc::new(ManualClock(Mutex::new(start)))
+    }
     pub fn advance(&self, by: chrono::Duration) {
         *self.0.lock().unwrap() += by;
     }

@@ -431,6 +431,17 @@ fn unescape_cq(text: &str) -> String {
 /// The `send_msg` action carrying `text` to `target`, tagged with `echo`. The text travels as
 /// one `text` segment, so `[CQ:…]` in it stays literal text (no CQ injection).
 pub(crate) fn send_msg(target: &ChatTarget, text: &str, echo: &str) -> Value {
+    send_msg_mentioning(target, None, text, echo)
+}
+
+/// [`send_msg`] with, in a group, an `at` segment for `mention` (a QQ id) before the text — the
+/// mention is built from the id, never parsed from text.
+pub(crate) fn send_msg_mentioning(
+    target: &ChatTarget,
+    mention: Option<&str>,
+    text: &str,
+    echo: &str,
+) -> Value {
     let mut params = Map::new();
     match target {
         ChatTarget::Group { group_id } => {
@@ -442,10 +453,14 @@ pub(crate) fn send_msg(target: &ChatTarget, text: &str, echo: &str) -> Value {
             params.insert("user_id".into(), id_value(user_id));
         }
     }
-    params.insert(
-        "message".into(),
-        json!([{ "type": "text", "data": { "text": text } }]),
-    );
+    let message = match (target, mention) {
+        (ChatTarget::Group { .. }, Some(user_id)) => json!([
+            { "type": "at", "data": { "qq": user_id } },
+            { "type": "text", "data": { "text": format!(" {text}") } },
+        ]),
+        _ => json!([{ "type": "text", "data": { "text": text } }]),
+    };
+    params.insert("message".into(), message);
     json!({ "action": "send_msg", "params": params, "echo": echo })
 }
 
@@ -634,5 +649,28 @@ mod tests {
         );
         assert_eq!(private["params"]["user_id"], json!("abc"));
         assert_eq!(private["params"]["message_type"], json!("private"));
+    }
+
+    #[test]
+    fn a_group_reply_mentions_the_person_it_answers_with_an_at_segment() {
+        let group = ChatTarget::Group {
+            group_id: "123".into(),
+        };
+        let action = send_msg_mentioning(&group, Some("10001"), "done", "e");
+        assert_eq!(
+            action["params"]["message"],
+            json!([
+                {"type": "at", "data": {"qq": "10001"}},
+                {"type": "text", "data": {"text": " done"}}
+            ])
+        );
+        let private = ChatTarget::Private {
+            user_id: "10001".into(),
+        };
+        let action = send_msg_mentioning(&private, Some("10001"), "done", "e");
+        assert_eq!(
+            action["params"]["message"],
+            json!([{"type": "text", "data": {"text": "done"}}])
+        );
     }
 }

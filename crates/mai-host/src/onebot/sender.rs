@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use mai_core::host::{Delivery, HostError, StreamInfo};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::protocol::{ActionResponse, send_msg};
+use super::protocol::{ActionResponse, send_msg_mentioning};
 use super::{OneBotState, OneBotStatus};
 use crate::channels::ChannelSender;
 
@@ -167,6 +167,27 @@ impl OneBotSender {
 #[async_trait]
 impl ChannelSender for OneBotSender {
     async fn send(&self, stream: &StreamInfo, text: &str) -> Result<Delivery, HostError> {
+        self.send_message(stream, None, text).await
+    }
+
+    async fn send_mentioning(
+        &self,
+        stream: &StreamInfo,
+        user_id: &str,
+        text: &str,
+    ) -> Result<Delivery, HostError> {
+        self.send_message(stream, Some(user_id), text).await
+    }
+}
+
+impl OneBotSender {
+    /// One `send_msg`, correlated by its `echo`, mentioning `mention` first in a group.
+    async fn send_message(
+        &self,
+        stream: &StreamInfo,
+        mention: Option<&str>,
+        text: &str,
+    ) -> Result<Delivery, HostError> {
         let action = format!("send to {} through OneBot", stream.stream_id);
         let fail = |detail: String| HostError::new(action.clone(), detail);
         let Some(live) = self.link.current() else {
@@ -177,7 +198,7 @@ impl ChannelSender for OneBotSender {
         let Some(answer) = live.register(&echo) else {
             return Err(fail(self.link.down()));
         };
-        let frame = send_msg(&stream.target, text, &echo).to_string();
+        let frame = send_msg_mentioning(&stream.target, mention, text, &echo).to_string();
         let exchange = async {
             live.outgoing
                 .send(frame)

@@ -113,6 +113,8 @@ pub(crate) struct CreateBody {
     level: Option<TaskLevel>,
     delay_seconds: Option<u64>,
     cron_expr: Option<String>,
+    /// The IANA zone `cron_expr` is read in; default `[task] timezone`.
+    timezone: Option<String>,
     priority: Option<i32>,
     reply_stream_id: Option<String>,
     title: Option<String>,
@@ -130,7 +132,15 @@ pub(crate) async fn create(
             ));
         }
         (Some(seconds), None) => Trigger::Delay { seconds },
-        (None, Some(expr)) => Trigger::Cron { expr },
+        (None, Some(expr)) => Trigger::Cron {
+            expr,
+            timezone: body.timezone.filter(|zone| !zone.trim().is_empty()),
+        },
+        (None, None) if body.timezone.is_some() => {
+            return Err(ApiError::bad_request(
+                "timezone: only a cron_expr has a time zone; give cron_expr too, or drop timezone",
+            ));
+        }
         (None, None) => Trigger::Now,
     };
     let platform = body.platform.trim().to_owned();

@@ -27,7 +27,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use process::{Ending, Finished, Spec};
-pub use sandbox::run_sandbox_launcher;
+pub use sandbox::{
+    SANDBOX_EXEC, run_sandbox_launcher, sandbox_exec_mode, sandbox_launcher_available,
+};
 
 /// The tool's name.
 pub const RUN_COMMAND: &str = "run_command";
@@ -56,7 +58,7 @@ pub struct RunCommandArgs {
 }
 
 /// The `run_command` handler. `launcher` is the sandbox launcher used when `[shell] sandbox`
-/// is on; `None` means `mai-sandbox` next to the running executable.
+/// is on; `None` means the running executable's built-in one (`<exe> sandbox-exec`).
 #[derive(Debug, Clone, Default)]
 pub struct RunCommand {
     launcher: Option<PathBuf>,
@@ -106,8 +108,8 @@ enum ShellError {
     #[error("could not start `{program}`: {source}")]
     Spawn { program: String, source: io::Error },
     #[error(
-        "sandbox launcher not found at `{path}`: install mai-sandbox next to the mai-agent \
-         binary, or set [shell] sandbox = false"
+        "sandbox launcher not found at `{path}`: leave the launcher unset to use the one built \
+         into mai-agent, or set [shell] sandbox = false"
     )]
     LauncherMissing { path: String },
     #[error("{0}")]
@@ -140,7 +142,8 @@ impl RunCommand {
         let cwd = resolve_cwd(args.cwd.as_deref()).await?;
         let (program, argv) = if config.sandbox {
             let launcher = self.launcher()?;
-            (launcher, sandbox::launcher_args(&cwd, &args.command))
+            let argv = launcher.args(&cwd, &args.command);
+            (launcher.program, argv)
         } else {
             let (shell, flag) = SHELL;
             (
@@ -169,33 +172,14 @@ impl RunCommand {
         Ok(report(&args.command, timeout_seconds, &finished))
     }
 
-    fn launcher(&self) -> Result<PathBuf, ShellError> {
+    fn launcher(&self) -> Result<sandbox::Launcher, ShellError> {
         match self.launcher.clone() {
-            Some(path) if path.is_file() => Ok(path),
+            Some(path) if path.is_file() => Ok(sandbox::Launcher::binary(path)),
             Some(path) => Err(ShellError::LauncherMissing {
                 path: path.display().to_string(),
             }),
-            None => default_sandbox_launcher(),
+            None => sandbox::Launcher::embedded().map_err(ShellError::Sandbox),
         }
-    }
-}
-
-/// Whether `[shell] sandbox = true` can work in this installation: the launcher `run_command`
-/// uses by default, or why there is none (the message says what to install or set). The one
-/// check the start-up checks and `run_command` share.
-pub fn sandbox_launcher() -> Result<PathBuf, String> {
-    default_sandbox_launcher().map_err(|error| error.to_string())
-}
-
-fn default_sandbox_launcher() -> Result<PathBuf, ShellError> {
-    match sandbox::default_launcher() {
-        Some(path) if path.is_file() => Ok(path),
-        Some(path) => Err(ShellError::LauncherMissing {
-            path: path.display().to_string(),
-        }),
-        None => Err(ShellError::LauncherMissing {
-            path: "mai-sandbox".into(),
-        }),
     }
 }
 

@@ -4,10 +4,14 @@
 //!
 //! Landlock restricts the calling process and is inherited, so it must be applied between fork
 //! and exec of the command — never in the agent itself. `pre_exec` would need `unsafe` (forbidden
-//! in this workspace), so a tiny launcher does it instead: `mai-sandbox --workdir DIR -- CMD`
-//! confines itself, then `exec`s `/bin/sh -c CMD` (same pid, so the process-group kill still
-//! covers it). The launcher fails closed: if Landlock cannot be enforced it runs nothing, exits
-//! with [`LAUNCHER_FAILED`] and says why on stderr after [`LAUNCHER_PREFIX`].
+//! in this workspace), so a tiny launcher does it instead: `--workdir DIR -- CMD` confines
+//! itself, then `exec`s `/bin/sh -c CMD` (same pid, so the process-group kill still covers it).
+//! The launcher is built into `mai-agent` as the hidden mode `mai-agent sandbox-exec …`
+//! ([`sandbox_exec_mode`]), which `run_command` re-executes by default, so one installed binary
+//! has everything; the stand-alone `mai-sandbox` binary is the same code (tests, other
+//! embedders). It fails closed: if Landlock cannot be enforced it runs nothing, exits with
+//! [`LAUNCHER_FAILED`] and says why on stderr after [`LAUNCHER_PREFIX`]. `--check` confines
+//! itself and reports what is enforced, running nothing ([`sandbox_launcher_available`]).
 //!
 //! Not covered (Landlock limits): UDP and other non-TCP sockets, abstract unix sockets, and
 //! processes the command reaches over IPC that are not themselves confined.
@@ -20,38 +24,120 @@ use std::process::ExitCode;
 pub(super) const LAUNCHER_FAILED: i32 = 125;
 /// How the launcher's own error messages start on stderr.
 pub(super) const LAUNCHER_PREFIX: &str = "mai-sandbox:";
-/// File name of the launcher binary, looked for next to the running executable.
-const LAUNCHER_NAME: &str = "mai-sandbox";
+/// The hidden first argument that turns `mai-agent` into the launcher.
+pub const SANDBOX_EXEC: &str = "sandbox-exec";
 
-/// `mai-sandbox` in the directory of the running executable (where it is installed with
-/// `mai-agent`).
-pub(super) fn default_launcher() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(
-        exe.parent()?
-            .join(format!("{LAUNCHER_NAME}{}", std::env::consts::EXE_SUFFIX)),
-    )
+/// How to start the launcher: a program and the arguments before the launcher's own.
+#[derive(Debug, Clone)]
+pub(super) struct Launcher {
+    pub(super) program: PathBuf,
+    pub(super) leading: Vec<OsString>,
 }
 
-/// The launcher's arguments for running `command` with `workdir` writable.
-pub(super) fn launcher_args(workdir: &Path, command: &str) -> Vec<OsString> {
-    vec![
-        "--workdir".into(),
-        workdir.into(),
-        "--".into(),
-        command.into(),
-    ]
+impl Launcher {
+    /// A stand-alone launcher binary (`mai-sandbox`).
+    pub(super) fn binary(path: PathBuf) -> Launcher {
+        Launcher {
+            program: path,
+            leading: Vec::new(),
+        }
+    }
+
+    /// The running executable's built-in launcher: `<current exe> sandbox-exec …`.
+    pub(super) fn embedded() -> Result<Launcher, String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find the running executable to re-execute: {e}"))?;
+        Ok(Launcher {
+            program: exe,
+            leading: vec![SANDBOX_EXEC.into()],
+        })
+    }
+
+    /// The full argument list for running `command` with `workdir` writable.
+    pub(super) fn args(&self, workdir: &Path, command: &str) -> Vec<OsString> {
+        let mut args = self.leading.clone();
+        args.extend([
+            "--workdir".into(),
+            workdir.into(),
+            "--".into(),
+            command.into(),
+        ]);
+        args
+    }
 }
 
-/// The whole `mai-sandbox` program: confine this process, then become `/bin/sh -c CMD`.
-/// Returns only on failure.
+/// For the binary's `main`, first thing: when invoked as `<exe> sandbox-exec ARGS…`, runs the
+/// launcher with `ARGS` and returns its exit code (only on failure: on success the process has
+/// become the command); otherwise `None` and the program goes on as usual.
+pub fn sandbox_exec_mode() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != SANDBOX_EXEC {
+        return None;
+    }
+    Some(launch(args.collect()))
+}
+
+/// Whether `[shell] sandbox = true` can work with the running executable: runs its built-in
+/// launcher's `--check`. `Ok` says what is enforced (`"fs"`, or `"fs,net"` with TCP denied);
+/// `Err` says why not and what to do. Meant for the binary (`mai-agent`), whose `main` calls
+/// [`sandbox_exec_mode`].
+pub fn sandbox_launcher_available() -> Result<String, String> {
+    let launcher = Launcher::embedded()?;
+    let output = std::process::Command::new(&launcher.program)
+        .args(&launcher.leading)
+        .arg("--check")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!(
+                "cannot run `{} {SANDBOX_EXEC}`: {e}",
+                launcher.program.display()
+            )
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if output.status.success() && !stdout.is_empty() {
+        return Ok(stdout);
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    Err(match stderr.trim().strip_prefix(LAUNCHER_PREFIX) {
+        Some(reason) => reason.trim().to_owned(),
+        None => format!(
+            "`{}` has no built-in sandbox launcher; use the mai-agent binary, or set [shell] \
+             sandbox = false",
+            launcher.program.display()
+        ),
+    })
+}
+
+/// The whole stand-alone `mai-sandbox` program: confine this process, then become
+/// `/bin/sh -c CMD`. Returns only on failure.
 pub fn run_sandbox_launcher() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    launch(std::env::args_os().skip(1).collect())
+}
+
+const USAGE: &str = "usage: --workdir DIR -- COMMAND, or --check";
+
+/// The launcher on its own arguments: `--workdir DIR -- COMMAND`, or `--check`.
+fn launch(args: Vec<OsString>) -> ExitCode {
+    if let [check] = args.as_slice()
+        && check == "--check"
+    {
+        return match confine(&std::env::temp_dir()) {
+            Ok(confined) => {
+                println!("{confined}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => refuse(&format!(
+                "Landlock cannot be enforced here ({why}). Disable [shell] sandbox or run on a \
+                 Linux kernel with Landlock enabled"
+            )),
+        };
+    }
     let [flag, workdir, separator, command] = args.as_slice() else {
-        return refuse("usage: mai-sandbox --workdir DIR -- COMMAND");
+        return refuse(USAGE);
     };
     if flag != "--workdir" || separator != "--" {
-        return refuse("usage: mai-sandbox --workdir DIR -- COMMAND");
+        return refuse(USAGE);
     }
     let confined = match confine(Path::new(workdir)) {
         Ok(confined) => confined,
