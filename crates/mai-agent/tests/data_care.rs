@@ -14,17 +14,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
 use sse::SseReader;
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
-}
-
-fn serve_command(data: &Path, model: &wiremock::MockServer) -> std::process::Command {
-    let mut command = mai(data, model);
-    command.args(["serve", "--listen", "127.0.0.1:0"]);
-    command
 }
 
 /// The database and its WAL companions.
@@ -35,7 +28,7 @@ async fn the_data_dir_and_database_are_private_from_the_start_and_tightened_when
     let (model, _) = fake_model(|_, _| answer("done")).await;
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
-    let mut served = Served::start(serve_command(&data, &model));
+    let mut served = Served::start(serve_command(&data, &model, None));
     assert_eq!(mode(&data), 0o700);
     for file in DATABASE_FILES {
         assert_eq!(mode(&data.join(file)), 0o600, "{file}");
@@ -49,7 +42,7 @@ async fn the_data_dir_and_database_are_private_from_the_start_and_tightened_when
     for file in DATABASE_FILES {
         std::fs::set_permissions(data.join(file), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let mut served = Served::start(serve_command(&data, &model));
+    let mut served = Served::start(serve_command(&data, &model, None));
     assert_eq!(mode(&data), 0o700);
     for file in DATABASE_FILES {
         assert_eq!(mode(&data.join(file)), 0o600, "{file}");
@@ -62,19 +55,10 @@ async fn a_backup_taken_while_serve_runs_restores_into_a_new_data_dir_with_the_t
     let (model, _) = fake_model(|_, _| answer("done")).await;
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
-    let mut served = Served::start(serve_command(&data, &model));
+    let mut served = Served::start(serve_command(&data, &model, None));
     let client = reqwest::Client::new();
     let mut events = SseReader::new(events(&client, &served.base).await);
-    let created: serde_json::Value = client
-        .post(format!("{}/v1/tasks", served.base))
-        .json(&json!({"intent": "say done", "stream_id": "console:local", "platform": "console"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = create_console_task(&client, &served.base, "say done").await;
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let (name, data) = events.next_of(&id).await;

@@ -14,29 +14,16 @@ use common::*;
 use serde_json::json;
 use sse::SseReader;
 
-fn serve_command(
-    data: &std::path::Path,
-    model: &wiremock::MockServer,
-    config: &std::path::Path,
-) -> std::process::Command {
-    let mut command = mai(data, model);
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["serve", "--listen", "127.0.0.1:0"]);
-    command
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_or_run_on_the_same_data_dir_refuses_naming_the_first_pid() {
     let (model, _) = fake_model(|_, _| answer("done")).await;
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("mai-agent.toml");
     std::fs::write(&config, "").unwrap();
-    let mut first = Served::start(serve_command(data.path(), &model, &config));
+    let mut first = Served::start(serve_command(data.path(), &model, Some(&config)));
     let pid = first.child.id();
 
-    let second = serve_command(data.path(), &model, &config)
+    let second = serve_command(data.path(), &model, Some(&config))
         .output()
         .unwrap();
     assert_eq!(second.status.code(), Some(2));
@@ -76,12 +63,12 @@ async fn a_serve_killed_with_sigkill_starts_again_on_the_same_data_dir() {
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("mai-agent.toml");
     std::fs::write(&config, "").unwrap();
-    let mut first = Served::start(serve_command(data.path(), &model, &config));
+    let mut first = Served::start(serve_command(data.path(), &model, Some(&config)));
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     drop(first);
 
-    let mut again = Served::start(serve_command(data.path(), &model, &config));
+    let mut again = Served::start(serve_command(data.path(), &model, Some(&config)));
     let health = reqwest::get(format!("{}/healthz", again.base))
         .await
         .unwrap();
@@ -99,16 +86,7 @@ async fn create_task(client: &reqwest::Client, base: &str, intent: &str) -> Stri
         .await
         .unwrap();
     assert!(said.status().is_success(), "{}", said.text().await.unwrap());
-    let created: serde_json::Value = client
-        .post(format!("{base}/v1/tasks"))
-        .json(&json!({"intent": intent, "stream_id": "console:local", "platform": "console"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    created["id"].as_str().unwrap().to_owned()
+    create_console_task(client, base, intent).await
 }
 
 /// The agent asks which colour, then paints with the answer it got.
@@ -136,7 +114,7 @@ async fn task_ask_from_the_cli_reaches_a_running_serve_and_the_task_completes() 
     let config = data.path().join("mai-agent.toml");
     // With a token: the CLI sends the one its config names.
     std::fs::write(&config, "[server]\nauth_token = \"s3cret-token\"\n").unwrap();
-    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    let mut served = Served::start(serve_command(data.path(), &model, Some(&config)));
     let client = reqwest::Client::builder()
         .default_headers(
             [(
@@ -226,7 +204,7 @@ async fn task_cancel_and_inject_from_the_cli_reach_a_running_serve() {
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("mai-agent.toml");
     std::fs::write(&config, "").unwrap();
-    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    let mut served = Served::start(serve_command(data.path(), &model, Some(&config)));
     let client = reqwest::Client::new();
     let mut events = SseReader::new(events(&client, &served.base).await);
     let mut ids = Vec::new();

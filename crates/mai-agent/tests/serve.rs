@@ -8,26 +8,13 @@ mod common;
 
 use common::*;
 
-fn serve_command(
-    data: &std::path::Path,
-    model: &wiremock::MockServer,
-    config: &std::path::Path,
-) -> std::process::Command {
-    let mut command = mai(data, model);
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["serve", "--listen", "127.0.0.1:0"]);
-    command
-}
-
 #[tokio::test]
 async fn serve_reloads_its_config_keeps_the_last_good_one_and_stops_on_sigterm() {
     let (model, _) = fake_model(|_, _| answer("done")).await;
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("mai-agent.toml");
     std::fs::write(&config, "[task]\nmax_rounds = 30\n").unwrap();
-    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    let mut served = Served::start(serve_command(data.path(), &model, Some(&config)));
     let health = reqwest::get(format!("{}/healthz", served.base))
         .await
         .unwrap();
@@ -125,7 +112,7 @@ async fn sigterm_pauses_a_running_task_and_the_next_start_finishes_it() {
     std::fs::write(&config, "").unwrap();
     let client = reqwest::Client::new();
 
-    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    let mut served = Served::start(serve_command(data.path(), &model, Some(&config)));
     // The console chat exists once its person has said something; its replies print as `mai>`.
     let said = client
         .post(format!("{}/v1/messages", served.base))
@@ -164,7 +151,7 @@ async fn sigterm_pauses_a_running_task_and_the_next_start_finishes_it() {
     assert_eq!(status["status"], "paused", "{status}");
 
     // The next start resumes it; its answer reaches the console chat.
-    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    let mut served = Served::start(serve_command(data.path(), &model, Some(&config)));
     assert_eq!(
         calls.recv_timeout(std::time::Duration::from_secs(60)),
         Ok(1),
@@ -193,7 +180,7 @@ async fn the_console_chat_of_serve_takes_commands_typed_at_the_terminal() {
         "[channels.console]\nenabled = true\n\n[permission]\nusers = [\"console:local\"]\n",
     )
     .unwrap();
-    let mut served = Served::start(serve_command(data.path(), &model, &config));
+    let mut served = Served::start(serve_command(data.path(), &model, Some(&config)));
     served.wait_line("the console hint", |l| l.contains("console chat"));
     let stdin = served.stdin.as_mut().unwrap();
     // A plain line is not chat here: the answer says what to type instead.
@@ -217,7 +204,7 @@ async fn serve_in_maibot_mode_waits_for_a_bridge_and_says_so() {
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("mai-agent.toml");
     std::fs::write(&config, "").unwrap();
-    let mut command = serve_command(data.path(), &model, &config);
+    let mut command = serve_command(data.path(), &model, Some(&config));
     command.env("MAI_AGENT__HOST__KIND", "maibot");
     let mut served = Served::start(command);
     served.wait_line("the MaiBot host in its banner", |l| {

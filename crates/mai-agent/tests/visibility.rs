@@ -11,7 +11,7 @@ mod sse;
 use std::time::Duration;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sse::SseReader;
 
 const TOKEN: &str = "health-token";
@@ -117,16 +117,7 @@ async fn v1_health_reports_the_store_the_model_the_channels_and_the_instance_beh
 
     // After a task ran, the model's last call is known to have worked.
     let mut events = SseReader::new(events(&client, &served.base).await);
-    let created: Value = client
-        .post(format!("{}/v1/tasks", served.base))
-        .json(&json!({"intent": "say done", "stream_id": "console:local", "platform": "console"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = create_console_task(&client, &served.base, "say done").await;
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let (name, data) = events.next_of(&id).await;

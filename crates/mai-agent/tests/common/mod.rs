@@ -242,3 +242,28 @@ pub async fn events(client: &reqwest::Client, base: &str) -> reqwest::Response {
     assert_eq!(response.status(), 200);
     response
 }
+
+/// `mai-agent [--config CONFIG] serve` on a free loopback port, using the fake model.
+pub fn serve_command(data_dir: &Path, server: &MockServer, config: Option<&Path>) -> Command {
+    let mut command = mai(data_dir, server);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    command.args(["serve", "--listen", "127.0.0.1:0"]);
+    command
+}
+
+/// Creates a task in the console chat through the HTTP API; asserts it was created (201) and
+/// returns its id.
+pub async fn create_console_task(client: &reqwest::Client, base: &str, intent: &str) -> String {
+    let response = client
+        .post(format!("{base}/v1/tasks"))
+        .json(&json!({"intent": intent, "stream_id": "console:local", "platform": "console"}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
