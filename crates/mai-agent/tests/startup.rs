@@ -75,6 +75,25 @@ async fn the_banner_says_a_key_is_set_without_showing_it() {
 }
 
 #[tokio::test]
+async fn the_banner_names_the_time_zone_cron_reads_and_where_it_came_from() {
+    let (model, _) = fake_model(|_, _| answer("unused")).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut command = serve_in(data.path(), &model);
+    command.env("MAI_AGENT__TASK__TIMEZONE", "Asia/Shanghai");
+    let mut served = Served::start(command);
+    served.wait_line("the last banner line", |l| l.contains("Ctrl-C stops"));
+    let log = served.log.lock().unwrap().clone();
+    let time = log
+        .iter()
+        .find(|l| l.contains("time:"))
+        .unwrap_or_else(|| panic!("no time line before the banner's last line: {log:#?}"));
+    assert_eq!(
+        time.trim(),
+        "time:   cron expressions read in Asia/Shanghai ([task] timezone)"
+    );
+}
+
+#[tokio::test]
 async fn config_check_without_a_file_checks_the_data_dir_config_and_refuses_what_serve_refuses() {
     let (model, _) = fake_model(|_, _| answer("unused")).await;
     let data = tempfile::tempdir().unwrap();
