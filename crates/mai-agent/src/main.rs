@@ -65,8 +65,8 @@ enum Command {
         /// What the agent should do.
         #[arg(required_unless_present = "resume")]
         intent: Option<String>,
-        /// Continue an existing task in the foreground instead (id, 8-character prefix or title),
-        /// e.g. after a crash.
+        /// Continue an existing task in the foreground instead (id, id prefix of at least 4
+        /// characters, or title), e.g. after a crash.
         #[arg(long, value_name = "TASK", conflicts_with = "intent")]
         resume: Option<String>,
         /// The role the task runs with.
@@ -82,7 +82,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         replay: Option<PathBuf>,
     },
-    /// Inspect and manage tasks in the local store.
+    /// Inspect and manage tasks in the local store; cancel, ask and inject reach a running
+    /// `serve` on the same data dir.
     Task {
         #[command(subcommand)]
         command: cmd_task::TaskCommand,
