@@ -68,11 +68,7 @@ pub async fn run(
 
 /// Checks the config; `Err` (exit 2) when `serve` would refuse it or the probe finds the model
 /// unusable.
-async fn check(
-    config: Option<&Path>,
-    data_dir: Option<&Path>,
-    probe: bool,
-) -> Result<ExitCode> {
+async fn check(config: Option<&Path>, data_dir: Option<&Path>, probe: bool) -> Result<ExitCode> {
     let settings = Settings::load(config, data_dir)?;
     let findings = preflight::check(&settings)?;
     for warning in &findings.warnings {

@@ -166,7 +166,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         for warning in preflight::check(&settings)?.warnings {
             eprintln!("warning: {warning}");
         }
-        let replayed = matches!(&cli.command, Command::Run { replay: Some(_), .. });
+        let replayed = matches!(
+            &cli.command,
+            Command::Run {
+                replay: Some(_),
+                ..
+            }
+        );
         if !replayed && !preflight::has_api_key(&settings.config.llm) {
             eprintln!("{}", preflight::NO_API_KEY);
         }
