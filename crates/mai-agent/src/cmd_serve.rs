@@ -76,14 +76,14 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         storage: config.storage.clone(),
     };
     let _retention = retention.spawn(Arc::new(SystemClock), stop.clone());
+    let (zone, source) = state.engine.default_time_zone();
     announce(
         &settings.data_dir,
         settings.config_path.as_ref(),
         local,
         &config,
+        &format!("{zone} ({source})"),
     );
-    let (zone, source) = state.engine.default_time_zone();
-    eprintln!("  time:   cron expressions read in {zone} ({source})");
     let http = start_http(&state, &config, listener, stop.clone());
 
     signals.wait().await?;
@@ -295,12 +295,14 @@ fn start_http(
     })
 }
 
-/// The start-up banner: where it listens, where data lives, how to stop it.
+/// The start-up banner: where it listens, where data lives, the model, the channels, the time
+/// zone cron reads (`zone`: the zone and where it came from), how to stop it.
 fn announce(
     data_dir: &std::path::Path,
     config_path: Option<&PathBuf>,
     local: SocketAddr,
     config: &mai_core::config::Config,
+    zone: &str,
 ) {
     let config_line = match config_path {
         Some(path) => format!("{} (hot-reloaded)", path.display()),
@@ -331,10 +333,10 @@ fn announce(
     if config.channels.console.enabled {
         eprintln!("  console chat: type a message and press Enter (/mt help for commands)");
     }
+    eprintln!("  time:   cron expressions read in {zone}");
     eprintln!("  Ctrl-C stops (running tasks pause and resume on the next start)");
 }
 
-/// SIGINT (Ctrl-C) or SIGTERM.
 /// SIGINT and SIGTERM, listened for from now on (so a signal that arrives right after the
 /// banner stops the service gracefully instead of killing it); `wait` returns at the first.
 struct Signals {

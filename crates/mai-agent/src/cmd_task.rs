@@ -24,19 +24,41 @@ pub enum TaskCommand {
         /// completed, failed, cancelled).
         #[arg(long)]
         status: Option<TaskStatus>,
+        /// At most this many tasks.
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
-    /// Show one task (id, 8-character prefix or exact title).
-    Status { task: String },
+    /// Show one task.
+    Status {
+        /// The task: its id, an id prefix of at least 4 characters (the 8 shown), or its exact
+        /// title.
+        task: String,
+    },
     /// Show a task's status log and agent history.
-    History { task: String },
-    /// Cancel a task.
-    Cancel { task: String },
-    /// Answer a task that waits for input.
-    Ask { task: String, text: String },
-    /// Add an instruction to a running agent task (or answer a waiting one).
-    Inject { task: String, instruction: String },
+    History {
+        /// The task: its id, an id prefix of at least 4 characters, or its exact title.
+        task: String,
+    },
+    /// Cancel a task (through the running `serve`, if one runs on this data dir).
+    Cancel {
+        /// The task: its id, an id prefix of at least 4 characters, or its exact title.
+        task: String,
+    },
+    /// Answer a task that waits for input (through the running `serve`, if any).
+    Ask {
+        /// The task: its id, an id prefix of at least 4 characters, or its exact title.
+        task: String,
+        /// The answer to its question.
+        text: String,
+    },
+    /// Add an instruction to a running agent task, or answer a waiting one (through the running
+    /// `serve`, if any).
+    Inject {
+        /// The task: its id, an id prefix of at least 4 characters, or its exact title.
+        task: String,
+        /// What the agent should also do or know, read before its next model call.
+        instruction: String,
+    },
 }
 
 fn operator() -> Result<Caller> {

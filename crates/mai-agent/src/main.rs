@@ -4,7 +4,6 @@
 mod app;
 mod cmd_backup;
 mod cmd_config;
-mod cmd_config_init;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
@@ -66,8 +65,8 @@ enum Command {
         /// What the agent should do.
         #[arg(required_unless_present = "resume")]
         intent: Option<String>,
-        /// Continue an existing task in the foreground instead (id, 8-character prefix or title),
-        /// e.g. after a crash.
+        /// Continue an existing task in the foreground instead (id, id prefix of at least 4
+        /// characters, or title), e.g. after a crash.
         #[arg(long, value_name = "TASK", conflicts_with = "intent")]
         resume: Option<String>,
         /// The role the task runs with.
@@ -83,7 +82,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         replay: Option<PathBuf>,
     },
-    /// Inspect and manage tasks in the local store.
+    /// Inspect and manage tasks in the local store; cancel, ask and inject reach a running
+    /// `serve` on the same data dir.
     Task {
         #[command(subcommand)]
         command: cmd_task::TaskCommand,
@@ -103,26 +103,7 @@ enum Command {
     /// Configuration helpers.
     Config {
         #[command(subcommand)]
-        command: ConfigCommand,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum ConfigCommand {
-    /// Check the config `serve` would use (with environment overrides applied) the way `serve`
-    /// checks it, and report the first problem.
-    Check {
-        /// The file to check (default: the one `serve` would use: --config / MAI_AGENT_CONFIG,
-        /// else <data-dir>/config.toml if present, else the built-in defaults).
-        file: Option<PathBuf>,
-        /// Also ask the model API: list its models and request a one-token completion.
-        #[arg(long)]
-        probe: bool,
-    },
-    /// Write a commented starting config (default: <data-dir>/config.toml); never overwrites.
-    Init {
-        /// Where to write it (default: the --config file, else <data-dir>/config.toml).
-        file: Option<PathBuf>,
+        command: cmd_config::ConfigCommand,
     },
 }
 
@@ -176,30 +157,24 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    if let Command::Config {
-        command: ConfigCommand::Check { file, probe },
-    } = &cli.command
-    {
-        let file = file.as_deref().or(cli.config.as_deref());
-        return cmd_config::check(file, cli.data_dir.as_deref(), *probe).await;
-    }
-    if let Command::Config {
-        command: ConfigCommand::Init { file },
-    } = &cli.command
-    {
-        let path = file
-            .clone()
-            .or_else(|| cli.config.clone())
-            .unwrap_or_else(|| {
-                settings::data_dir_or_default(cli.data_dir.as_deref()).join("config.toml")
-            });
-        return cmd_config_init::init(&path);
+    if let Command::Config { command } = &cli.command {
+        return cmd_config::run(command, cli.config.as_deref(), cli.data_dir.as_deref()).await;
     }
     let settings = Settings::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
     if matches!(cli.command, Command::Run { .. } | Command::Mcp) {
         // The engine runs here: refuse what `serve` would refuse, say what it would warn.
         for warning in preflight::check(&settings)?.warnings {
             eprintln!("warning: {warning}");
+        }
+        let replayed = matches!(
+            &cli.command,
+            Command::Run {
+                replay: Some(_),
+                ..
+            }
+        );
+        if !replayed && !preflight::has_api_key(&settings.config.llm) {
+            eprintln!("{}", preflight::NO_API_KEY);
         }
     }
     match cli.command {

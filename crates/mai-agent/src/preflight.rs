@@ -4,7 +4,8 @@
 //! spellings, `MAI_AGENT_…` variables that match no setting).
 //!
 //! One function, [`check`], used by `serve` (and the other commands that run the engine) and by
-//! `config check`, so the two never disagree. Owns no wiring: it reads files and the environment
+//! `config check`, so the two never disagree; its config part, [`check_config`], also guards
+//! every hot reload. Owns no wiring: it reads files and the environment
 //! and says what it found; the caller decides how to print it.
 
 use anyhow::{Result, bail};
@@ -25,11 +26,8 @@ pub struct Findings {
 /// Runs every start-up check on `settings`: `Err` names the first problem that makes the config
 /// unusable (and what to do); the warnings come back in [`Findings`].
 pub fn check(settings: &Settings) -> Result<Findings> {
-    let config = &settings.config;
-    check_templates(config)?;
-    check_env_references(config)?;
     let mut warnings = settings.warnings.clone();
-    warnings.extend(check_sandbox(config)?);
+    warnings.extend(check_config(&settings.config)?);
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
@@ -37,6 +35,15 @@ pub fn check(settings: &Settings) -> Result<Findings> {
         names.iter().map(String::as_str),
     ));
     Ok(Findings { warnings })
+}
+
+/// The checks of one config alone — the templates dir, `${ENV}` references, the sandbox
+/// launcher — also run on every hot reload, so an edit `serve` would refuse at start is not
+/// applied either. `Ok` carries a warning that does not stop it.
+pub fn check_config(config: &Config) -> Result<Option<String>> {
+    check_templates(config)?;
+    check_env_references(config)?;
+    check_sandbox(config)
 }
 
 /// `[prompts] templates_dir`, loaded exactly as the engine will load it.

@@ -1,10 +1,13 @@
 //! Hot reload of the config file while `serve` runs (docs/configuration.md#hot-reload): the file is
-//! watched, an edit is parsed with the environment overrides applied and validated, and only a good
-//! config is swapped in — a bad edit keeps the last good config and the log says why.
+//! watched, an edit is parsed with the environment overrides applied, validated and put through
+//! the start-up checks of `config check` (templates dir, `${ENV}` references, sandbox launcher),
+//! and only a good config is swapped in — a bad edit keeps the last good config and the log says
+//! why.
 //!
 //! Hot: permission, task limits, shell, subagent, splitter, send, search, mcp (servers and fetch),
-//! planner_board, polish, plugin_api. Read once at start-up (a change is logged as needing a
-//! restart): llm, storage, server, channels, host, prompts. Must not apply half a config.
+//! planner_board, polish, plugin_api, `[channels.onebot] guest_replies`. Read once at start-up (a
+//! change is logged as needing a restart): llm, storage, server, channels (but guest_replies),
+//! host, prompts. Must not apply half a config.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +95,15 @@ async fn reload(
     if &config == current {
         return None;
     }
+    // What `serve` and `config check` would refuse at start is not applied now either.
+    match crate::preflight::check_config(&config) {
+        Ok(Some(warning)) => tracing::warn!("{warning}"),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!("config not reloaded, keeping the last good one: {error:#}");
+            return None;
+        }
+    }
     if let Err(error) = engine.reload_config(config.clone()).await {
         tracing::warn!("config not reloaded, keeping the last good one: {error}");
         return None;
@@ -140,7 +152,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.server != new.server {
         changed.push("[server]");
     }
-    if old.channels != new.channels {
+    // `[channels.onebot] guest_replies` is read live by the inbound pipeline.
+    let mut channels = new.channels.clone();
+    channels.onebot.guest_replies = old.channels.onebot.guest_replies;
+    if old.channels != channels {
         changed.push("[channels]");
     }
     if old.host != new.host {
@@ -161,7 +176,14 @@ mod tests {
         let old = Config::default();
         let mut new = old.clone();
         new.task.max_rounds = 3;
-        assert!(restart_only_changes(&old, &new).is_empty());
+        new.channels.onebot.guest_replies = false;
+        assert!(
+            restart_only_changes(&old, &new).is_empty(),
+            "guest_replies is read live"
+        );
+        new.channels.onebot.enabled = true;
+        assert_eq!(restart_only_changes(&old, &new), ["[channels]"]);
+        new.channels = old.channels.clone();
         new.server.listen = "127.0.0.1:9".into();
         new.llm.base_url = "http://127.0.0.1:1/v1".into();
         new.host.kind = mai_core::config::HostKind::Maibot;

@@ -1,5 +1,5 @@
-//! `mai-agent serve` as a process: the banner, health, hot reload of the config file (a bad edit
-//! keeps the last good config), and a graceful stop on SIGTERM that pauses running tasks so the
+//! `mai-agent serve` as a process: the banner, health, hot reload of the config file (a bad edit,
+//! or one the start-up checks refuse, keeps the last good config), and a graceful stop on SIGTERM that pauses running tasks so the
 //! next start finishes them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -35,6 +35,16 @@ async fn serve_reloads_its_config_keeps_the_last_good_one_and_stops_on_sigterm()
     std::fs::write(&config, "[task]\nmax_rounds = 0\n").unwrap();
     let line = served.wait_line("the refused edit", |l| l.contains("not reloaded"));
     assert!(line.contains("max_rounds"), "{line}");
+    // What `config check` refuses at start (here an unset `${ENV}`) is not reloaded either.
+    std::fs::write(
+        &config,
+        "[mcp]\nenabled = true\n[[mcp.servers]]\nname = \"x\"\ntransport = \"http\"\n\
+         url = \"http://127.0.0.1:9/mcp\"\nheaders = { Authorization = \"Bearer \
+         ${MAI_TEST_UNSET_TOKEN}\" }\n",
+    )
+    .unwrap();
+    let line = served.wait_line("the refused edit", |l| l.contains("not reloaded"));
+    assert!(line.contains("MAI_TEST_UNSET_TOKEN"), "{line}");
     std::fs::write(&config, "[task\nbroken").unwrap();
     let line = served.wait_line("the refused edit", |l| l.contains("not reloaded"));
     assert!(line.contains("mai-agent.toml"), "{line}");

@@ -63,6 +63,23 @@ async fn serve_without_an_api_key_warns_before_the_banner_and_the_banner_names_t
 }
 
 #[tokio::test]
+async fn run_without_an_api_key_warns_before_the_task_starts() {
+    let (model, _) = fake_model(|_, _| answer("done")).await;
+    let data = tempfile::tempdir().unwrap();
+    let output = mai(data.path(), &model)
+        .env_remove("MAI_AGENT__LLM__API_KEY")
+        .args(["run", "say done"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    let warning = stderr
+        .find("warning: no API key set ([llm] api_key / MAI_AGENT__LLM__API_KEY)")
+        .unwrap_or_else(|| panic!("no key warning in {stderr}"));
+    let created = stderr.find("created").unwrap_or(usize::MAX);
+    assert!(warning < created, "the warning comes first: {stderr}");
+}
+
+#[tokio::test]
 async fn the_banner_says_a_key_is_set_without_showing_it() {
     let (model, _) = fake_model(|_, _| answer("unused")).await;
     let data = tempfile::tempdir().unwrap();
@@ -72,6 +89,25 @@ async fn the_banner_says_a_key_is_set_without_showing_it() {
     assert!(log.contains("API key set"), "{log}");
     assert!(!log.contains("test-key"), "the key is never shown: {log}");
     assert!(!log.contains("no API key set"), "{log}");
+}
+
+#[tokio::test]
+async fn the_banner_names_the_time_zone_cron_reads_and_where_it_came_from() {
+    let (model, _) = fake_model(|_, _| answer("unused")).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut command = serve_in(data.path(), &model);
+    command.env("MAI_AGENT__TASK__TIMEZONE", "Asia/Shanghai");
+    let mut served = Served::start(command);
+    served.wait_line("the last banner line", |l| l.contains("Ctrl-C stops"));
+    let log = served.log.lock().unwrap().clone();
+    let time = log
+        .iter()
+        .find(|l| l.contains("time:"))
+        .unwrap_or_else(|| panic!("no time line before the banner's last line: {log:#?}"));
+    assert_eq!(
+        time.trim(),
+        "time:   cron expressions read in Asia/Shanghai ([task] timezone)"
+    );
 }
 
 #[tokio::test]

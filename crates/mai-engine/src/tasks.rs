@@ -388,14 +388,7 @@ impl Engine {
         }
         if change == Change::Steer {
             let runs_as = self.task_role(task);
-            require(caller.role, runs_as).map_err(|_| {
-                EngineError::PermissionDenied(format!(
-                    "task {} runs with {runs_as} rights and you are {} here; instruct, answer \
-                     or resume it from a chat where you are {runs_as} (e.g. the one it runs in)",
-                    task.id.short(),
-                    caller.role
-                ))
-            })?;
+            require(caller.role, runs_as).map_err(|_| steer_refused(caller, task, runs_as))?;
         }
         Ok(())
     }
@@ -661,17 +654,49 @@ fn guest_refused(caller: &Caller) -> EngineError {
     let Some(person) = &caller.requester else {
         return EngineError::PermissionDenied("guests cannot create tasks".into());
     };
-    let group = match &caller.group_id {
-        Some(group) => format!(
-            " (or \"{}:group:{group}\" to user_groups, for everyone in this group)",
-            person.platform
+    EngineError::PermissionDenied(format!(
+        "{person} is a guest here; guests cannot create tasks — {} to allow it",
+        admitting(person, caller.group_id.as_deref(), Role::User)
+    ))
+}
+
+/// A refusal to steer a task that runs with more rights than the caller has here: who the
+/// caller is, where they may steer it, and the `[permission]` entry that would let them here.
+fn steer_refused(caller: &Caller, task: &TaskRecord, runs_as: Role) -> EngineError {
+    let (you, admit) = match &caller.requester {
+        Some(person) => (
+            format!("you ({person}) are"),
+            format!(
+                ", or {}",
+                admitting(person, caller.group_id.as_deref(), runs_as)
+            ),
         ),
-        None => String::new(),
+        None => ("you are".to_owned(), String::new()),
     };
     EngineError::PermissionDenied(format!(
-        "{person} is a guest here; guests cannot create tasks — add \"{person}\" to \
-         [permission] users{group} to allow it"
+        "task {} runs with {runs_as} rights and {you} {} here; instruct, answer or resume it \
+         from a chat where you are {runs_as} (e.g. the one it runs in){admit}",
+        task.id.short(),
+        caller.role
     ))
+}
+
+/// The `[permission]` entry that would give `person` the role `role` where they speak
+/// (`group`: the group chat, `None`: a private chat), as "add … to [permission] …".
+fn admitting(person: &PersonId, group: Option<&str>, role: Role) -> String {
+    let group = group.map(|group| format!("{}:group:{group}", person.platform));
+    match (role, group) {
+        (Role::Admin, None) => format!("add \"{person}\" to [permission] admins"),
+        (Role::Admin, Some(group)) => format!(
+            "add \"{group}\" to [permission] admin_groups (everyone in this group becomes \
+             admin), or put \"{person}\" in admins with admin_in_group_chats = true"
+        ),
+        (_, None) => format!("add \"{person}\" to [permission] users"),
+        (_, Some(group)) => format!(
+            "add \"{person}\" to [permission] users (or \"{group}\" to user_groups, for \
+             everyone in this group)"
+        ),
+    }
 }
 
 /// "Nothing matches `reference`", said as the caller sees it: a too-short id prefix is told

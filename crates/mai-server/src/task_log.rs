@@ -5,7 +5,7 @@
 //!
 //! Follows the engine's event stream like the metrics do; events are best-effort, so a log that
 //! fell behind says how many it skipped. Must not: change a task, or log whole messages (a
-//! question or a title is cut to [`SHOWN`] characters).
+//! question or a title is cut to [`SHOWN`] characters, a status reason to [`REASON_SHOWN`]).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -17,6 +17,9 @@ use tokio::sync::broadcast::error::RecvError;
 
 /// How much of a title or a question a log line shows.
 const SHOWN: usize = 80;
+/// How much of a failure's reason a log line shows: enough for what failed and what to do
+/// (`could not connect to the model API at … is the model server running? check …`).
+const REASON_SHOWN: usize = 300;
 
 /// What the log remembers of a task between its events.
 struct Known {
@@ -96,7 +99,7 @@ async fn status_line(
     status: TaskStatus,
     reason: &str,
 ) -> Option<String> {
-    let reason = cut(reason);
+    let reason = cut_to(reason, REASON_SHOWN);
     match status {
         TaskStatus::WaitingInput => None,
         TaskStatus::Running if reason == "dispatched" => Some(format!("started: {}", task.title)),
@@ -158,8 +161,13 @@ fn last_run(task: &TaskRecord) -> Option<i64> {
 }
 
 fn cut(text: &str) -> String {
+    cut_to(text, SHOWN)
+}
+
+/// `text` on one line, at most `shown` characters (and `…` when cut).
+fn cut_to(text: &str, shown: usize) -> String {
     let line = text.replace('\n', " ");
-    match line.char_indices().nth(SHOWN) {
+    match line.char_indices().nth(shown) {
         Some((end, _)) => format!("{}…", &line[..end]),
         None => line,
     }
@@ -178,5 +186,14 @@ mod tests {
         assert_eq!(shown.chars().count(), SHOWN + 1);
         assert!(shown.ends_with('…'));
         assert_eq!(cut("short"), "short");
+    }
+
+    #[test]
+    fn a_failure_reason_keeps_what_to_do_beyond_the_title_length() {
+        let reason = "model call failed: could not connect to the model API at \
+                      http://127.0.0.1:9/v1/chat/completions: Connection refused (os error \
+                      111); is the model server running? check [llm].base_url";
+        assert!(reason.chars().count() > SHOWN);
+        assert_eq!(cut_to(reason, REASON_SHOWN), reason);
     }
 }

@@ -230,6 +230,13 @@ async fn a_persons_task_in_a_group_cannot_steer_their_admin_task_in_private() {
         panic!("a command")
     };
     assert!(reply.contains("runs with admin rights"), "{reply}");
+    // The refusal names the speaker and the [permission] entries that would admit them here.
+    assert!(reply.contains("you (qq:admin) are user here"), "{reply}");
+    assert!(
+        reply.contains("add \"qq:group:42\" to [permission] admin_groups")
+            && reply.contains("admin_in_group_chats = true"),
+        "{reply}"
+    );
     let record = task(&service, private).await;
     assert_eq!(record.status, TaskStatus::WaitingInput);
     let admin = Caller::admin_reader("t").unwrap();

@@ -488,7 +488,7 @@ impl Config {
         let warnings = checks::splitter_enable(&mut table)?.into_iter().collect();
         let config: Config = toml::Value::Table(table)
             .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
+            .map_err(|e: toml::de::Error| ConfigError::Syntax(one_line(&e.to_string())))?;
         config.validate()?;
         Ok(Parsed { config, warnings })
     }
@@ -586,6 +586,17 @@ impl Config {
     pub fn permission_resolver(&self) -> Result<PermissionResolver, PermissionConfigError> {
         PermissionResolver::new(&self.permission)
     }
+}
+
+/// A typing error of the parsed document on one line: the toml crate ends it with
+/// "\nin `section.key`\n", which would break the sentence it is part of in two.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A validated config and what is derived from it, swapped as one value on reload.
@@ -698,6 +709,20 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_wrong_type_or_unknown_key_is_reported_on_one_line_naming_the_key() {
+        let err = Config::parse("", env(&[("MAI_AGENT__TASK__MAX_ROUNDS", "abc")])).unwrap_err();
+        let ConfigError::Env { reason, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(!reason.contains('\n'), "{reason:?}");
+        assert!(reason.contains("`task.max_rounds`"), "{reason}");
+        let err = Config::parse("[task]\nmax_roundz = 3\n", env(&[])).unwrap_err();
+        let message = err.to_string();
+        assert!(!message.contains('\n'), "{message:?}");
+        assert!(message.contains("max_roundz") && message.contains("in `task`"));
     }
 
     #[test]
