@@ -36,7 +36,8 @@ struct Cli {
     /// TOML config file (default: <data-dir>/config.toml if present, else built-in defaults).
     #[arg(long, global = true, env = "MAI_AGENT_CONFIG")]
     config: Option<PathBuf>,
-    /// Where the database and files live (default: ~/.local/share/mai-agent).
+    /// Where the database and files live (default: $XDG_DATA_HOME/mai-agent, else
+    /// ~/.local/share/mai-agent).
     #[arg(long, global = true, env = "MAI_AGENT_DATA_DIR")]
     data_dir: Option<PathBuf>,
     #[command(subcommand)]
