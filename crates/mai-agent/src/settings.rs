@@ -42,10 +42,12 @@ impl Settings {
     }
 
     /// The SQLite file of the embedded store: `[storage] url` (a path or `sqlite://PATH`,
-    /// checked when the config was loaded), else `mai-agent.db` in the data directory.
+    /// checked when the config was loaded; a relative one is inside the data directory, not the
+    /// working directory, which is `/` under a service manager), else `mai-agent.db` in the data
+    /// directory.
     pub fn database_path(&self) -> PathBuf {
         match mai_core::config::storage_target(self.config.storage.url.as_deref()) {
-            Ok(mai_core::config::StorageTarget::Sqlite(path)) => path,
+            Ok(mai_core::config::StorageTarget::Sqlite(path)) => self.data_dir.join(path),
             // `Default`; an invalid URL never gets here (validation refused it at load).
             _ => self.data_dir.join("mai-agent.db"),
         }
@@ -93,5 +95,34 @@ fn default_data_dir() -> PathBuf {
     match std::env::var_os("HOME") {
         Some(home) => PathBuf::from(home).join(".local/share/mai-agent"),
         None => PathBuf::from(".mai-agent"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_url(url: Option<&str>) -> Settings {
+        let mut config = Config::default();
+        config.storage.url = url.map(str::to_owned);
+        Settings {
+            config,
+            config_path: None,
+            data_dir: PathBuf::from("/var/lib/mai-agent"),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_relative_database_path_is_inside_the_data_dir_and_an_absolute_one_stays() {
+        let at = |url| with_url(url).database_path();
+        assert_eq!(at(None), Path::new("/var/lib/mai-agent/mai-agent.db"));
+        assert_eq!(at(Some("tasks.db")), Path::new("/var/lib/mai-agent/tasks.db"));
+        assert_eq!(
+            at(Some("sqlite://db/tasks.db")),
+            Path::new("/var/lib/mai-agent/db/tasks.db")
+        );
+        assert_eq!(at(Some("/srv/mai.db")), Path::new("/srv/mai.db"));
+        assert_eq!(at(Some("sqlite:///srv/mai.db")), Path::new("/srv/mai.db"));
     }
 }
