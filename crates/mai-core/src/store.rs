@@ -2,7 +2,7 @@
 //!
 //! Writes that change a task's status take an *expected status*: the store writes only if the
 //! stored status still matches (compare-and-set), so a stale snapshot can never overwrite a
-//! concurrent terminal state.
+//! concurrent terminal state — or they read and change the task in one step (`update`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
