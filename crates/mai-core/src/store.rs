@@ -2,7 +2,7 @@
 //!
 //! Writes that change a task's status take an *expected status*: the store writes only if the
 //! stored status still matches (compare-and-set), so a stale snapshot can never overwrite a
-//! concurrent terminal state.
+//! concurrent terminal state — or they read and change the task in one step (`update`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -115,6 +115,11 @@ pub struct TaskCounts {
 /// `Err(reason)` refuses it (see [`TaskStore::insert_admitted`]).
 pub type Admit = Box<dyn FnOnce(&TaskCounts) -> Result<(), String> + Send>;
 
+/// Edits a task read by [`TaskStore::update`]; `false` leaves it as stored (nothing is
+/// written). Runs wherever the store reads and writes in one step (a store with one writer:
+/// on its thread), so it must be quick and must not block.
+pub type Change = Box<dyn FnOnce(&mut TaskRecord) -> bool + Send>;
+
 /// The outcome of a compare-and-set write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaveOutcome {
@@ -194,6 +199,25 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Several writes in one transaction: all happen or none. The outcome is `Saved`, or the
     /// `Conflict` of the first save whose expectation (status, question) did not hold.
     async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError>;
+
+    /// Reads task `id`, lets `change` edit it and writes the edit, with nothing written to the
+    /// task in between: the record as written, or `None` when the task does not exist or
+    /// `change` left it as it was. A store with one writer reads and writes in one turn of it
+    /// (one hand-off). The default reads, then saves with a compare-and-set on the status it
+    /// read: a concurrent status change makes it write nothing and return `None`.
+    async fn update(&self, id: TaskId, change: Change) -> Result<Option<TaskRecord>, StoreError> {
+        let Some(mut task) = self.get(id).await? else {
+            return Ok(None);
+        };
+        let read = task.status;
+        if !change(&mut task) {
+            return Ok(None);
+        }
+        Ok(match self.save(&task, Some(read)).await? {
+            SaveOutcome::Saved => Some(task),
+            SaveOutcome::Conflict { .. } => None,
+        })
+    }
 
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError>;
 

@@ -355,7 +355,7 @@ impl Engine {
         for id in self.schedule.take_dispatchable(cap) {
             let engine = self.clone();
             self.tracker
-                .spawn(async move { engine.run_one(id, None).await });
+                .spawn(async move { engine.run_one(id, false).await });
         }
     }
 
@@ -365,40 +365,55 @@ impl Engine {
         self.dispatch();
     }
 
-    /// A scheduled task is due. With a free slot it is claimed at once — `scheduled → pending
-    /// → running` in one compare-and-set write — and runs; otherwise it is queued.
+    /// A scheduled task is due. With a free slot it is claimed at once (see `run_due`) and
+    /// runs; otherwise it moves to `pending` — read and changed in one turn of the store — and
+    /// is queued.
     async fn on_due(&self, id: TaskId) {
-        let result: Result<(), EngineError> = async {
-            let Some(mut task) = self.store.get(id).await? else {
-                return Ok(());
-            };
-            if task.status != TaskStatus::Scheduled {
-                return Ok(());
-            }
-            let now = self.now();
-            task.transition(TaskStatus::Pending, "scheduler", "due", now)?;
-            let cap = self.config.config().task.max_concurrent_tasks as usize;
-            if self.started.load(std::sync::atomic::Ordering::SeqCst)
-                && !self.shutdown.is_cancelled()
-                && self.schedule.try_reserve(id, cap)
-            {
-                // The slot is ours; `run_one` frees it whatever happens.
-                let engine = self.clone();
-                self.tracker
-                    .spawn(async move { engine.run_one(id, Some(task)).await });
-                return Ok(());
-            }
-            if self.save_status(&task, TaskStatus::Scheduled).await? {
+        let cap = self.config.config().task.max_concurrent_tasks as usize;
+        if self.started.load(std::sync::atomic::Ordering::SeqCst)
+            && !self.shutdown.is_cancelled()
+            && self.schedule.try_reserve(id, cap)
+        {
+            // The slot is ours; `run_one` frees it whatever happens.
+            let engine = self.clone();
+            self.tracker
+                .spawn(async move { engine.run_one(id, true).await });
+            return;
+        }
+        let now = self.now();
+        let due: mai_core::store::Change = Box::new(move |task| {
+            task.status == TaskStatus::Scheduled
+                && task
+                    .transition(TaskStatus::Pending, "scheduler", "due", now)
+                    .is_ok()
+        });
+        match self.store.update(id, due).await {
+            Ok(Some(task)) => {
+                self.emit_changes(&task, 1);
                 self.enqueue(&task);
             }
-            Ok(())
+            Ok(None) => {}
+            Err(error) => self.retry_due(id, &error.into()),
         }
-        .await;
-        if let Err(error) = result {
-            // Try again shortly rather than leave it scheduled with no timer.
-            tracing::error!(task = %id, %error, "could not start a due task; retrying in 5 s");
-            self.schedule
-                .arm_due(id, self.now() + chrono::Duration::seconds(5));
+    }
+
+    /// A due task could not be started: it is tried again shortly rather than left scheduled
+    /// with no timer.
+    pub(crate) fn retry_due(&self, id: TaskId, error: &EngineError) {
+        tracing::error!(task = %id, %error, "could not start a due task; retrying in 5 s");
+        self.schedule
+            .arm_due(id, self.now() + chrono::Duration::seconds(5));
+    }
+
+    /// Emits the last `count` status changes of `task`, just written.
+    pub(crate) fn emit_changes(&self, task: &TaskRecord, count: usize) {
+        let from = task.status_log.len().saturating_sub(count);
+        for change in &task.status_log[from..] {
+            self.emit(TaskEvent::Status {
+                task_id: task.id,
+                status: change.status,
+                reason: change.reason.clone(),
+            });
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use mai_core::backoff::Backoff;
+use mai_core::config::Config;
 use mai_core::host::Delivery;
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
@@ -29,17 +30,42 @@ const POLISH_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest wait between send attempts, as a multiple of `[send] retry_base_ms`.
 const MAX_SEND_WAIT_FACTOR: u32 = 1 << 10;
 
+/// When `task`'s text needs no polish (raw, or polish off), splits it into its final parts
+/// now, so the claim fixes them in the same write. A function of the config snapshot alone, so
+/// a claim can run it where the store reads and writes the task.
+pub(crate) fn fix_parts_unpolished(config: &Config, task: &mut TaskRecord) {
+    if !task.metadata.raw && config.polish.enabled {
+        return;
+    }
+    let text = task.metadata.answer.as_deref().unwrap_or(&task.intent);
+    let parts = split_parts(config, text, true);
+    task.metadata.delivery = Some(DeliveryProgress { parts, sent: 0 });
+}
+
+/// The parts of a final text: split if asked and enabled; none for a blank text.
+fn split_parts(config: &Config, text: &str, split: bool) -> Vec<String> {
+    if split && config.splitter.enabled {
+        let parts = splitter::split(
+            text,
+            config.splitter.max_length as usize,
+            config.splitter.max_messages as usize,
+        );
+        if !parts.is_empty() {
+            return parts;
+        }
+    }
+    if text.trim().is_empty() {
+        Vec::new()
+    } else {
+        vec![text.to_owned()]
+    }
+}
+
 impl Engine {
     /// When the text needs no polish (raw, or polish off), splits it into its final parts now,
     /// so the claim fixes them in the same write.
     pub(crate) fn fix_parts_unpolished(&self, task: &mut TaskRecord) {
-        let config = self.config.config();
-        if !task.metadata.raw && config.polish.enabled {
-            return;
-        }
-        let text = task.metadata.answer.as_deref().unwrap_or(&task.intent);
-        let parts = self.split_parts(text, true);
-        task.metadata.delivery = Some(DeliveryProgress { parts, sent: 0 });
+        fix_parts_unpolished(&self.config.config(), task);
     }
 
     /// Delivers an instant task's text to its reply stream.
@@ -152,22 +178,7 @@ impl Engine {
 
     /// The parts of a final text: split if asked and enabled; none for a blank text.
     fn split_parts(&self, text: &str, split: bool) -> Vec<String> {
-        let config = self.config.config();
-        if split && config.splitter.enabled {
-            let parts = splitter::split(
-                text,
-                config.splitter.max_length as usize,
-                config.splitter.max_messages as usize,
-            );
-            if !parts.is_empty() {
-                return parts;
-            }
-        }
-        if text.trim().is_empty() {
-            Vec::new()
-        } else {
-            vec![text.to_owned()]
-        }
+        split_parts(&self.config.config(), text, split)
     }
 
     /// Rewrites machine output into a chat reply in the bot's persona. Any failure returns the

@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use mai_core::config::Config;
 use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
 use mai_core::task::{NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
 
@@ -15,32 +16,54 @@ use crate::cron::next_fire_blocking;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
+use crate::reply::fix_parts_unpolished;
 use crate::run::{RunControl, RunEnd, StopReason};
 
 const ACTOR: &str = "scheduler";
 
+/// The claim of a due task, applied to the record as stored: `scheduled → pending → running`,
+/// an instant task's parts fixed when no polish is needed. `false` (nothing written) when it is
+/// no longer `scheduled`.
+fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>) -> bool {
+    if task.status != TaskStatus::Scheduled
+        || task
+            .transition(TaskStatus::Pending, ACTOR, "due", now)
+            .is_err()
+        || task
+            .transition(TaskStatus::Running, ACTOR, "dispatched", now)
+            .is_err()
+    {
+        return false;
+    }
+    task.metadata.waiting = None;
+    task.metadata.pause_cause = None;
+    if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
+        // Without polish the parts are known now: fixed in the claim, not in a write of their
+        // own.
+        fix_parts_unpolished(config, task);
+    }
+    true
+}
+
 impl Engine {
-    /// Runs a dispatched task, then frees its slot and dispatches more. `due` is a scheduled
-    /// task claimed the moment it became due: read already and moved to `pending` in memory,
-    /// still `scheduled` in the store.
-    pub(crate) async fn run_one(&self, id: TaskId, due: Option<TaskRecord>) {
-        if let Err(error) = self.run_claimed(id, due).await {
+    /// Runs a dispatched task, then frees its slot and dispatches more. `due`: a scheduled task
+    /// whose slot was reserved the moment it became due (still `scheduled` in the store).
+    pub(crate) async fn run_one(&self, id: TaskId, due: bool) {
+        let result = if due {
+            self.run_due(id).await
+        } else {
+            self.run_claimed(id).await
+        };
+        if let Err(error) = result {
             tracing::error!(task = %id, %error, "task run failed inside the engine");
         }
         self.schedule.slot_freed(id);
         self.dispatch();
     }
 
-    async fn run_claimed(&self, id: TaskId, due: Option<TaskRecord>) -> Result<(), EngineError> {
-        let (mut task, expected) = match due {
-            Some(task) => (task, TaskStatus::Scheduled),
-            None => {
-                let Some(task) = self.store.get(id).await? else {
-                    return Ok(());
-                };
-                let status = task.status;
-                (task, status)
-            }
+    async fn run_claimed(&self, id: TaskId) -> Result<(), EngineError> {
+        let Some(mut task) = self.store.get(id).await? else {
+            return Ok(());
         };
         let from = task.status;
         match from {
@@ -55,11 +78,6 @@ impl Engine {
         self.schedule.run_started(id, control.clone());
         // A stop that collected the controls just before this one was added must still win.
         if self.stopping() {
-            if expected == TaskStatus::Scheduled {
-                // Claimed on due but never written: leave it due for the next start.
-                self.schedule
-                    .arm_due(id, task.scheduled_at.unwrap_or(started));
-            }
             return Ok(());
         }
         let reason = if from == TaskStatus::WaitingInput {
@@ -76,10 +94,40 @@ impl Engine {
             self.fix_parts_unpolished(&mut task);
         }
         // The claim: a compare-and-set on what the store holds, so a concurrent cancel wins.
-        if !self.save_claim(&task, expected).await? {
+        if !self.save_status(&task, from).await? {
             return Ok(());
         }
+        self.run_claimed_task(task, &control).await
+    }
 
+    /// Claims a task the moment it fell due, in the slot reserved for it: `scheduled → pending
+    /// → running` in one store update — the read, the check that it is still `scheduled` and
+    /// the write in one turn of the store's writer, so a cancel or edit either came first (and
+    /// the claim sees it) or comes after (and sees `running`) — then runs it.
+    async fn run_due(&self, id: TaskId) -> Result<(), EngineError> {
+        let started = self.now();
+        // Register the control before claiming, so a cancel that sees `running` finds it.
+        let control = RunControl::starting_at(started);
+        self.schedule.run_started(id, control.clone());
+        // A stop that collected the controls just before this one was added must still win.
+        if self.stopping() {
+            // Never claimed: still `scheduled` in the store, so the next start arms it again.
+            self.schedule.arm_due(id, started);
+            return Ok(());
+        }
+        let config = self.config.config();
+        let claim: mai_core::store::Change =
+            Box::new(move |task| claim_due(&config, task, started));
+        let task = match self.store.update(id, claim).await {
+            Ok(Some(task)) => task,
+            // No longer scheduled (cancelled, paused or edited first): nothing to run.
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                self.retry_due(id, &error.into());
+                return Ok(());
+            }
+        };
+        self.emit_changes(&task, 2);
         self.run_claimed_task(task, &control).await
     }
 
@@ -92,28 +140,6 @@ impl Engine {
         let end = self.run_with_deadline(&mut task, control).await;
         control.add_runtime(&mut task, self.now());
         self.finish_run(task, end, control.reason()).await
-    }
-
-    /// Saves a claim; for a task claimed on due, emits the `pending` step too.
-    async fn save_claim(
-        &self,
-        task: &TaskRecord,
-        expected: TaskStatus,
-    ) -> Result<bool, EngineError> {
-        if expected == TaskStatus::Scheduled {
-            if self.store.save(task, Some(expected)).await? != mai_core::store::SaveOutcome::Saved {
-                return Ok(false);
-            }
-            for change in task.status_log.iter().rev().take(2).rev() {
-                self.emit(TaskEvent::Status {
-                    task_id: task.id,
-                    status: change.status,
-                    reason: change.reason.clone(),
-                });
-            }
-            return Ok(true);
-        }
-        self.save_status(task, expected).await
     }
 
     /// Runs the task's work, asking it to stop once `max_runtime_min` (running time only) is

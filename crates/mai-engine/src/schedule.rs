@@ -63,12 +63,20 @@ impl Schedule {
         on_due: D,
         on_timeout: Q,
     ) where
-        D: Fn(TaskId) -> DF + Send + 'static,
+        D: Fn(TaskId) -> DF + Clone + Send + 'static,
         DF: Future<Output = ()> + Send + 'static,
         Q: Fn(TaskId) -> QF + Send + 'static,
         QF: Future<Output = ()> + Send + 'static,
     {
-        tokio::spawn(self.due.clone().run(stop.clone(), on_due));
+        // Due tasks on a thread of their own: the runtime's timers would start them 1–2 ms late.
+        let due = self.due.clone();
+        if let Err(error) =
+            due.clone()
+                .run_on_thread("mai-due-timers", stop.clone(), on_due.clone())
+        {
+            tracing::warn!(%error, "no thread for the due timers; they fire on the runtime's timers");
+            tokio::spawn(due.run(stop.clone(), on_due));
+        }
         tokio::spawn(self.questions.clone().run(stop, on_timeout));
     }
 

@@ -4,12 +4,14 @@
 //! The queue is the single guard against double dispatch: a task id is either queued, active
 //! (dispatched and not finished) or neither, and every move between those happens under one
 //! lock, with the slot reserved before the lock is released — before any await. Timers are one
-//! sleeping task over an ordered set, not a polling loop: a due entry fires within milliseconds.
+//! sleeper over an ordered set, not a polling loop: a tokio task (the runtime's timers round up
+//! to the millisecond, twice: a due entry fires 1–2 ms late) or, where that matters (tasks
+//! falling due), a thread of its own that sleeps to the microsecond.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
@@ -147,13 +149,29 @@ impl ReadyQueue {
 struct TimerState {
     due: BTreeSet<(DateTime<Utc>, TaskId)>,
     by_id: HashMap<TaskId, DateTime<Utc>>,
+    /// The timer thread must end (its stop token was cancelled or its runtime is gone).
+    ended: bool,
 }
 
-/// A set of (due time, task) entries fired by one sleeping task.
+/// A set of (due time, task) entries fired by one sleeper (a task or a thread).
 pub(crate) struct Timers {
     state: Mutex<TimerState>,
+    /// Wakes the sleeping task.
     changed: Notify,
+    /// Wakes the sleeping thread.
+    changed_thread: Condvar,
     clock: Arc<dyn Clock>,
+}
+
+/// Ends the timer thread when dropped: held by a task of the runtime the thread fires into,
+/// which ends with the stop token or with the runtime.
+struct EndThread(Arc<Timers>);
+
+impl Drop for EndThread {
+    fn drop(&mut self) {
+        lock(&self.0.state).ended = true;
+        self.0.changed_thread.notify_all();
+    }
 }
 
 impl Timers {
@@ -161,6 +179,7 @@ impl Timers {
         Timers {
             state: Mutex::new(TimerState::default()),
             changed: Notify::new(),
+            changed_thread: Condvar::new(),
             clock,
         }
     }
@@ -173,7 +192,7 @@ impl Timers {
         }
         state.due.insert((at, id));
         drop(state);
-        self.changed.notify_one();
+        self.wake();
     }
 
     /// Disarms the timer of `id`; returns whether one was armed.
@@ -195,22 +214,12 @@ impl Timers {
     /// Re-reads the clock now (a test clock was advanced).
     pub(crate) fn wake(&self) {
         self.changed.notify_one();
+        self.changed_thread.notify_all();
     }
 
     /// Removes and returns every entry due at `now`, and the next due time.
     fn take_due(&self, now: DateTime<Utc>) -> (Vec<TaskId>, Option<DateTime<Utc>>) {
-        let mut state = lock(&self.state);
-        let mut fired = Vec::new();
-        while let Some(&(at, id)) = state.due.first() {
-            if at > now {
-                break;
-            }
-            state.due.pop_first();
-            state.by_id.remove(&id);
-            fired.push(id);
-        }
-        let next = state.due.first().map(|&(at, _)| at);
-        (fired, next)
+        take_due(&mut lock(&self.state), now)
     }
 
     /// Fires due entries through `fire` until `stop` is cancelled. Each firing runs as its own
@@ -248,6 +257,97 @@ impl Timers {
             }
         }
     }
+
+    /// Like [`Timers::run`], on a thread of its own named `name`: it sleeps on a condition
+    /// variable to the microsecond (the runtime's timers round up to whole milliseconds) and
+    /// spawns each firing on the current runtime. Ends with `stop`, or with the runtime. Must
+    /// be called inside a runtime; `Err` when the thread cannot be started.
+    pub(crate) fn run_on_thread<F, Fut>(
+        self: Arc<Self>,
+        name: &str,
+        stop: CancellationToken,
+        fire: F,
+    ) -> std::io::Result<()>
+    where
+        F: Fn(TaskId) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Handle::current();
+        let (timers, fire_on) = (self.clone(), runtime.clone());
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || timers.sleep_and_fire(&fire_on, fire))?;
+        let end = EndThread(self);
+        runtime.spawn(async move {
+            let _end = end;
+            stop.cancelled().await;
+        });
+        Ok(())
+    }
+
+    /// The timer thread: fires what is due, then sleeps until the next entry is due or the
+    /// set changes, until it is told to end.
+    fn sleep_and_fire<F, Fut>(&self, runtime: &tokio::runtime::Handle, fire: F)
+    where
+        F: Fn(TaskId) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let mut state = lock(&self.state);
+        while !state.ended {
+            let (fired, next) = take_due(&mut state, self.clock.now());
+            if !fired.is_empty() {
+                drop(state);
+                for id in fired {
+                    runtime.spawn(fire(id));
+                }
+                state = lock(&self.state);
+                continue;
+            }
+            state = match next {
+                Some(at) => {
+                    let wait = (at - self.clock.now())
+                        .to_std()
+                        .unwrap_or(std::time::Duration::ZERO);
+                    self.sleep(state, Some(wait))
+                }
+                None => self.sleep(state, None),
+            };
+        }
+    }
+
+    /// Waits on the thread's condition variable (at most `wait`), releasing `state` meanwhile.
+    fn sleep<'a>(
+        &self,
+        state: MutexGuard<'a, TimerState>,
+        wait: Option<std::time::Duration>,
+    ) -> MutexGuard<'a, TimerState> {
+        // As with `lock`: a panic elsewhere leaves the set consistent (single inserts/removes).
+        match wait {
+            Some(wait) => match self.changed_thread.wait_timeout(state, wait) {
+                Ok((state, _)) => state,
+                Err(poisoned) => poisoned.into_inner().0,
+            },
+            None => self
+                .changed_thread
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        }
+    }
+}
+
+/// Removes and returns every entry of `state` due at `now`, and the next due time.
+fn take_due(state: &mut TimerState, now: DateTime<Utc>) -> (Vec<TaskId>, Option<DateTime<Utc>>) {
+    let mut fired = Vec::new();
+    while let Some(&(at, id)) = state.due.first() {
+        if at > now {
+            break;
+        }
+        state.due.pop_first();
+        state.by_id.remove(&id);
+        fired.push(id);
+    }
+    let next = state.due.first().map(|&(at, _)| at);
+    (fired, next)
 }
 
 #[cfg(test)]
@@ -289,18 +389,16 @@ mod tests {
         assert_eq!(queue.queued_count(), 0);
     }
 
-    #[tokio::test]
-    async fn timers_fire_in_order_and_disarmed_ones_never_fire() {
+    /// Arms three entries, disarms one, and checks the other two fire in order through the
+    /// sleeper `start` runs, then that it ends with its stop token.
+    async fn fire_in_order_and_never_the_disarmed(
+        start: impl FnOnce(Arc<Timers>, CancellationToken, tokio::sync::mpsc::UnboundedSender<TaskId>),
+    ) {
         let clock: Arc<dyn Clock> = Arc::new(mai_core::clock::SystemClock);
         let timers = Arc::new(Timers::new(clock.clone()));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let stop = CancellationToken::new();
-        let runner = tokio::spawn(timers.clone().run(stop.clone(), move |id| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(id);
-            }
-        }));
+        start(timers.clone(), stop.clone(), tx);
         let now = clock.now();
         let (a, b, c) = (TaskId::new(), TaskId::new(), TaskId::new());
         timers.arm(b, now + chrono::Duration::milliseconds(40));
@@ -308,10 +406,41 @@ mod tests {
         timers.arm(c, now + chrono::Duration::milliseconds(30));
         assert!(timers.disarm(c));
         assert_eq!(rx.recv().await, Some(a));
+        assert!(
+            clock.now() >= now + chrono::Duration::milliseconds(20),
+            "not early"
+        );
         assert_eq!(rx.recv().await, Some(b));
         assert_eq!(timers.len(), 0);
         stop.cancel();
-        runner.await.unwrap();
-        assert!(rx.try_recv().is_err(), "the disarmed timer never fired");
+        // The sleeper ends and drops its `fire` (and with it the sender).
+        assert_eq!(rx.recv().await, None, "the disarmed timer never fired");
+    }
+
+    fn send_on_fire(
+        tx: tokio::sync::mpsc::UnboundedSender<TaskId>,
+    ) -> impl Fn(TaskId) -> std::future::Ready<()> + Send + 'static {
+        move |id| {
+            let _ = tx.send(id);
+            std::future::ready(())
+        }
+    }
+
+    #[tokio::test]
+    async fn timers_fire_in_order_and_disarmed_ones_never_fire() {
+        fire_in_order_and_never_the_disarmed(|timers, stop, tx| {
+            tokio::spawn(timers.run(stop, send_on_fire(tx)));
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn timers_on_their_thread_fire_in_order_and_end_with_the_stop_token() {
+        fire_in_order_and_never_the_disarmed(|timers, stop, tx| {
+            timers
+                .run_on_thread("test-timers", stop, send_on_fire(tx))
+                .unwrap();
+        })
+        .await;
     }
 }

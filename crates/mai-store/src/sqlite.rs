@@ -1,12 +1,13 @@
 //! [`SqliteStore`]: the [`TaskStore`] over a [`Database`]. Each operation encodes its values on
 //! the caller's thread, then hands one closure to the writer (`write`) or to a reader
-//! (`read`): one hand-off per operation, whatever its number of statements.
+//! (`read`): one hand-off per operation, whatever its number of statements. `update` reads,
+//! changes and writes in one writer turn, so its record is encoded on the writer's thread.
 
 use std::path::Path;
 
 use async_trait::async_trait;
 use mai_core::store::{
-    Admit, CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError,
+    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError,
     TaskCounts, TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
@@ -149,6 +150,10 @@ impl SqliteStore {
                 doing,
                 source: reason.into(),
             }),
+            Err(Failure::Unchanged) => Err(StoreError::Database {
+                doing,
+                source: "a write reported that it changed nothing".into(),
+            }),
         }
     }
 
@@ -212,7 +217,7 @@ impl TaskStore for SqliteStore {
             Ok(()) => Ok(Ok(())),
             Err(Failure::Refused(reason)) => Ok(Err(reason)),
             Err(Failure::Store(error)) => Err(error),
-            Err(Failure::Conflict(_)) => Err(StoreError::Database {
+            Err(Failure::Conflict(_) | Failure::Unchanged) => Err(StoreError::Database {
                 doing: DOING,
                 source: "an insert reported a compare-and-set conflict".into(),
             }),
@@ -243,6 +248,26 @@ impl TaskStore for SqliteStore {
             .map(Encoded::encode)
             .collect::<Result<Vec<_>, _>>()?;
         self.run_writes(encoded, "writing tasks").await
+    }
+
+    /// One turn of the writer: the read, the change and the write in its transaction.
+    async fn update(&self, id: TaskId, change: Change) -> Result<Option<TaskRecord>, StoreError> {
+        const DOING: &str = "updating a task";
+        let outcome = self
+            .db
+            .write(move |connection| write::update(connection, id, change, DOING))
+            .await
+            .map_err(write_failed(DOING))?;
+        match outcome {
+            Ok(task) => Ok(Some(task)),
+            // Written in the same transaction as the read: no conflict can come from others.
+            Err(Failure::Unchanged | Failure::Conflict(_)) => Ok(None),
+            Err(Failure::Store(error)) => Err(error),
+            Err(Failure::Refused(reason)) => Err(StoreError::Database {
+                doing: DOING,
+                source: reason.into(),
+            }),
+        }
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {

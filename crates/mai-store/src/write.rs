@@ -3,10 +3,12 @@
 //! IMMEDIATE`: the write lock is held before anything is read, so "read the stored status,
 //! then write" is one atomic step); returning an error undoes everything the write did.
 //!
-//! Values are encoded before they reach the writer ([`Encoded`]), so its thread only runs SQL.
+//! Values are encoded before they reach the writer ([`Encoded`]), so its thread only runs SQL —
+//! except in [`update`], whose record is made on the writer's thread (read, changed, written in
+//! one turn) and so is encoded there.
 
-use mai_core::store::{SaveOutcome, StoreError, TaskWrite};
-use mai_core::task::{TaskId, TaskStatus};
+use mai_core::store::{Change, SaveOutcome, StoreError, TaskWrite};
+use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::agent_history::{HistoryRow, encode_history, insert_history};
@@ -67,6 +69,8 @@ pub(crate) enum Failure {
     Conflict(SaveOutcome),
     /// A cap on task creation refused the insert (the reason, for the caller).
     Refused(String),
+    /// An update found no task, or its change left the task as it was.
+    Unchanged,
     Store(StoreError),
 }
 
@@ -152,6 +156,31 @@ pub(crate) fn write_all(
         }
     }
     Ok(())
+}
+
+/// `update`: reads task `id`, applies `change` and saves the result, all inside the writer's
+/// transaction, so nothing writes the task in between. Returns the record as written.
+pub(crate) fn update(
+    connection: &Connection,
+    id: TaskId,
+    change: Change,
+    doing: &'static str,
+) -> Result<TaskRecord, Failure> {
+    let Some(mut task) = crate::read::get_task(connection, id)? else {
+        return Err(Failure::Unchanged);
+    };
+    let read = task.status;
+    if !change(&mut task) {
+        return Err(Failure::Unchanged);
+    }
+    let save = Encoded::encode(&TaskWrite::Save {
+        task: &task,
+        expected: Some(read),
+        expected_question: None,
+        history: &[],
+    })?;
+    write_all(connection, std::slice::from_ref(&save), doing)?;
+    Ok(task)
 }
 
 /// Inserts a task that must not exist yet.

@@ -371,3 +371,68 @@ async fn many_writers_on_two_pools_wait_for_the_write_lock_instead_of_failing() 
         assert_eq!(seqs, (0..u64::from(ROUNDS)).collect::<Vec<_>>());
     }
 }
+
+/// `update` reads, changes and writes in one turn of the writer: a change that declines (or a
+/// task that does not exist) writes nothing, and a claim racing a compare-and-set cancel ends
+/// with exactly one of them written, whichever came first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_reads_and_writes_in_one_step_and_races_a_cancel_cleanly() {
+    let (_dir, store, _) = two_stores().await;
+    let missing = task("never stored", 0);
+    let claim = |task: &mut TaskRecord| {
+        task.status == Scheduled
+            && task.transition(Pending, "scheduler", "due", at(5)).is_ok()
+            && task
+                .transition(Running, "scheduler", "dispatched", at(5))
+                .is_ok()
+    };
+    assert_eq!(
+        store.update(missing.id, Box::new(claim)).await.unwrap(),
+        None
+    );
+
+    let mut tasks = Vec::new();
+    for n in 0..40 {
+        let mut scheduled = task(&format!("due {n}"), n);
+        scheduled.status = Scheduled;
+        scheduled.status_log.clear();
+        store.insert(&scheduled).await.unwrap();
+        tasks.push(store.get(scheduled.id).await.unwrap().unwrap());
+    }
+    let declined = store
+        .update(tasks[0].id, Box::new(|_: &mut TaskRecord| false))
+        .await
+        .unwrap();
+    assert_eq!(declined, None);
+    assert_eq!(
+        store.get(tasks[0].id).await.unwrap().as_ref(),
+        Some(&tasks[0])
+    );
+
+    let mut races = Vec::new();
+    for original in &tasks {
+        let (claimer, canceller, id) = (store.clone(), store.clone(), original.id);
+        let mut cancelled = original.clone();
+        cancelled
+            .transition(Cancelled, "qq:1", "cancel", at(6))
+            .unwrap();
+        races.push(tokio::spawn(async move {
+            let claimed = tokio::spawn(async move { claimer.update(id, Box::new(claim)).await });
+            let cancel = canceller.save(&cancelled, Some(Scheduled)).await.unwrap();
+            (claimed.await.unwrap().unwrap(), cancel, cancelled)
+        }));
+    }
+    for race in races {
+        let (claimed, cancel, cancelled) = race.await.unwrap();
+        let stored = store.get(cancelled.id).await.unwrap().unwrap();
+        match (claimed, cancel) {
+            (Some(claimed), SaveOutcome::Conflict { actual: Running }) => {
+                assert_eq!(stored, claimed);
+                let steps: Vec<_> = stored.status_log.iter().map(|c| c.status).collect();
+                assert_eq!(steps, [Pending, Running]);
+            }
+            (None, SaveOutcome::Saved) => assert_eq!(stored, cancelled),
+            other => panic!("both or neither won: {other:?}"),
+        }
+    }
+}

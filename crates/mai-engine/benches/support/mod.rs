@@ -290,6 +290,15 @@ impl TaskStore for TimedStore {
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
         self.timings.time("store.get", self.inner.get(id)).await
     }
+    async fn update(
+        &self,
+        id: TaskId,
+        change: mai_core::store::Change,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        self.timings
+            .time("store.update", self.inner.update(id, change))
+            .await
+    }
     async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError> {
         self.timings
             .time("store.resolve", self.inner.resolve(reference))
