@@ -117,7 +117,10 @@ mod tests {
     fn a_relative_database_path_is_inside_the_data_dir_and_an_absolute_one_stays() {
         let at = |url| with_url(url).database_path();
         assert_eq!(at(None), Path::new("/var/lib/mai-agent/mai-agent.db"));
-        assert_eq!(at(Some("tasks.db")), Path::new("/var/lib/mai-agent/tasks.db"));
+        assert_eq!(
+            at(Some("tasks.db")),
+            Path::new("/var/lib/mai-agent/tasks.db")
+        );
         assert_eq!(
             at(Some("sqlite://db/tasks.db")),
             Path::new("/var/lib/mai-agent/db/tasks.db")
