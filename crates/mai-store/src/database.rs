@@ -83,32 +83,39 @@ impl Session for Connection {
     fn begin(&mut self) -> Result<(), Self::Error> {
         // IMMEDIATE: the write lock before the first read, so "read, then write" is atomic and
         // never fails half-way with SQLITE_BUSY.
-        self.execute_batch("BEGIN IMMEDIATE")
+        run(self, "BEGIN IMMEDIATE")
     }
 
     fn commit(&mut self) -> Result<(), Self::Error> {
-        self.execute_batch("COMMIT")
+        run(self, "COMMIT")
     }
 
     fn rollback(&mut self) -> Result<(), Self::Error> {
-        self.execute_batch("ROLLBACK")
+        run(self, "ROLLBACK")
     }
 
     fn mark(&mut self) -> Result<(), Self::Error> {
-        self.execute_batch("SAVEPOINT unit")
+        run(self, "SAVEPOINT unit")
     }
 
     fn keep(&mut self) -> Result<(), Self::Error> {
-        self.execute_batch("RELEASE unit")
+        run(self, "RELEASE unit")
     }
 
     fn undo(&mut self) -> Result<(), Self::Error> {
-        self.execute_batch("ROLLBACK TO unit; RELEASE unit")
+        run(self, "ROLLBACK TO unit")?;
+        run(self, "RELEASE unit")
     }
 
     fn in_transaction(&self) -> bool {
         !self.is_autocommit()
     }
+}
+
+/// Runs one transaction-control statement, prepared once per connection (they run several
+/// times per batch; `execute_batch` would compile them every time).
+fn run(connection: &Connection, statement: &str) -> rusqlite::Result<()> {
+    connection.prepare_cached(statement)?.execute([]).map(drop)
 }
 
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
