@@ -8,7 +8,9 @@
 //! commit): each write inside its own savepoint, so a write that fails or decides not to write
 //! (a compare-and-set conflict) undoes only itself. A caller hears "written" only after the
 //! `COMMIT` returned, so its write is as durable as the connection's `synchronous` setting
-//! makes any commit.
+//! makes any commit. Between batches the thread polls its queue for 50 µs before it sleeps:
+//! a task's next write often follows within microseconds, and waking a sleeping thread costs
+//! more than that on a virtual machine ((a) 0.15 → 0.11 ms per round on an idle 2-core VM).
 //!
 //! What a transaction is belongs to the backend behind the [`Session`] trait: SQLite (a
 //! `rusqlite::Connection`, see `database`) today; another database's session can sit behind
@@ -244,7 +246,7 @@ fn serve<S: Session>(
     queued: &AtomicUsize,
     mut committed: impl FnMut(),
 ) {
-    while let Ok(first) = receiver.recv() {
+    while let Some(first) = next_message(receiver) {
         let mut units = Vec::new();
         let mut reads = Vec::new();
         let mut stop = None;
@@ -274,6 +276,25 @@ fn serve<S: Session>(
             drop(committed);
             let _ = done.send(());
             return;
+        }
+    }
+}
+
+/// How long the writer polls for the next write before it sleeps: a task's next checkpoint
+/// often follows within microseconds, and waking a sleeping thread costs tens of microseconds
+/// on a virtual machine.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The next message, polled for [`SPIN`] before sleeping on the queue; `None` when every
+/// sender is gone.
+fn next_message<M>(receiver: &mpsc::Receiver<M>) -> Option<M> {
+    let start = std::time::Instant::now();
+    loop {
+        match receiver.try_recv() {
+            Ok(message) => return Some(message),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Empty) => return receiver.recv().ok(),
         }
     }
 }
