@@ -53,4 +53,19 @@ impl SseReader {
             }
         }
     }
+
+    /// Waits (at most 60 s, else panics naming `what`) until `task` reaches `status`.
+    pub async fn wait_status(&mut self, task: impl std::fmt::Display, status: &str, what: &str) {
+        let task = task.to_string();
+        let reached = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            loop {
+                let (name, data) = self.next_of(&task).await;
+                if name == "status" && data["status"] == status {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(reached.is_ok(), "{what}: task {task} never became {status}");
+    }
 }

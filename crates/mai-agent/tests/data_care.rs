@@ -11,7 +11,6 @@ mod sse;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
 
 use common::*;
 use sse::SseReader;
@@ -59,16 +58,9 @@ async fn a_backup_taken_while_serve_runs_restores_into_a_new_data_dir_with_the_t
     let client = reqwest::Client::new();
     let mut events = SseReader::new(events(&client, &served.base).await);
     let id = create_console_task(&client, &served.base, "say done").await;
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let (name, data) = events.next_of(&id).await;
-            if name == "status" && data["status"] == "completed" {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("the task completes");
+    events
+        .wait_status(&id, "completed", "the task completes")
+        .await;
 
     let file = root.path().join("backup.db");
     let backup = mai(&data, &model)

@@ -153,16 +153,9 @@ async fn task_ask_from_the_cli_reaches_a_running_serve_and_the_task_completes() 
     assert!(ask.status.success(), "{ask:?}");
     assert!(stdout.contains("running service continues it"), "{stdout}");
 
-    let completed = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let (name, data) = events.next_of(&id).await;
-            if name == "status" && data["status"] == "completed" {
-                break;
-            }
-        }
-    })
-    .await;
-    assert!(completed.is_ok(), "the answered task never completed");
+    events
+        .wait_status(&id, "completed", "the answered task")
+        .await;
     let task = task_record(&client, &served.base, &id).await;
     assert!(
         task["metadata"]["answer"]

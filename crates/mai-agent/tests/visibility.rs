@@ -8,8 +8,6 @@ mod common;
 #[path = "../../../testing/sse.rs"]
 mod sse;
 
-use std::time::Duration;
-
 use common::*;
 use serde_json::Value;
 use sse::SseReader;
@@ -118,16 +116,9 @@ async fn v1_health_reports_the_store_the_model_the_channels_and_the_instance_beh
     // After a task ran, the model's last call is known to have worked.
     let mut events = SseReader::new(events(&client, &served.base).await);
     let id = create_console_task(&client, &served.base, "say done").await;
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let (name, data) = events.next_of(&id).await;
-            if name == "status" && data["status"] == "completed" {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("the task completes");
+    events
+        .wait_status(&id, "completed", "the task completes")
+        .await;
     let (_, after) = health(client.clone(), served.base.clone()).await;
     assert_eq!(after["model"]["ok"], true, "{after}");
     assert!(after["model"]["last_call_at"].is_string(), "{after}");
