@@ -281,6 +281,10 @@ impl Engine {
             };
             match delivery {
                 Ok(Delivery::Sent) => {
+                    if attempt > 0 {
+                        tracing::warn!(task = %task_id, stream = %stream, retries = attempt,
+                            last_error = %last_error, "sent after retries");
+                    }
                     self.emit(TaskEvent::Sent {
                         task_id,
                         stream_id: stream.clone(),
@@ -293,8 +297,11 @@ impl Engine {
                 }
                 Err(error) => last_error = error.to_string(),
             }
-            tracing::warn!(task = %task_id, stream = %stream, attempt, error = %last_error, "send failed");
+            tracing::debug!(task = %task_id, stream = %stream, attempt, error = %last_error, "send failed");
         }
+        // One line for the whole send, with its count (each attempt is logged at debug).
+        tracing::warn!(task = %task_id, stream = %stream, attempts = send.max_retries + 1,
+            error = %last_error, "send failed after every retry");
         Err(format!(
             "could not send to stream {stream} after {} attempts: {last_error}",
             send.max_retries + 1
