@@ -34,6 +34,14 @@ fn serve_in(data: &std::path::Path, model: &wiremock::MockServer) -> Command {
     command
 }
 
+/// A fake model that is never asked, and a data dir whose `config.toml` is `config`.
+async fn with_config(config: &str) -> (wiremock::MockServer, tempfile::TempDir) {
+    let (model, _) = fake_model(|_, _| answer("unused")).await;
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("config.toml"), config).unwrap();
+    (model, data)
+}
+
 #[tokio::test]
 async fn serve_without_an_api_key_warns_before_the_banner_and_the_banner_names_the_model() {
     let (model, _) = fake_model(|_, _| answer("unused")).await;
@@ -112,13 +120,8 @@ async fn the_banner_names_the_time_zone_cron_reads_and_where_it_came_from() {
 
 #[tokio::test]
 async fn config_check_without_a_file_checks_the_data_dir_config_and_refuses_what_serve_refuses() {
-    let (model, _) = fake_model(|_, _| answer("unused")).await;
-    let data = tempfile::tempdir().unwrap();
-    std::fs::write(
-        data.path().join("config.toml"),
-        "[storage]\nurl = \"postgres://mai:s3cret@127.0.0.1:5432/mai\"\n",
-    )
-    .unwrap();
+    let (model, data) =
+        with_config("[storage]\nurl = \"postgres://mai:s3cret@127.0.0.1:5432/mai\"\n").await;
     let check = mai(data.path(), &model)
         .args(["config", "check"])
         .output()
@@ -215,13 +218,7 @@ async fn a_numeric_permission_id_gets_the_qq_id_it_most_likely_means() {
 
 #[tokio::test]
 async fn an_env_override_error_names_the_variable_and_a_misspelled_one_warns() {
-    let (model, _) = fake_model(|_, _| answer("unused")).await;
-    let data = tempfile::tempdir().unwrap();
-    std::fs::write(
-        data.path().join("config.toml"),
-        "[splitter]\nenable = true\n",
-    )
-    .unwrap();
+    let (model, data) = with_config("[splitter]\nenable = true\n").await;
     let output = mai(data.path(), &model)
         .env("MAI_AGENT__TASK__MAX_ROUNDS", "0")
         .args(["config", "check"])
