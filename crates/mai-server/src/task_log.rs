@@ -108,7 +108,7 @@ async fn status_line(
         }
         TaskStatus::Completed | TaskStatus::Failed => {
             let (rounds, took) = match record(engine, id).await {
-                Some(record) => (record.metadata.rounds, last_run(&record)),
+                Some(record) => (record.metadata.rounds.max(task.rounds), last_run(&record)),
                 None => (task.rounds, None),
             };
             let took = took.map_or(String::new(), |secs| format!(" in {secs} s"));
