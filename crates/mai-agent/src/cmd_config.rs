@@ -149,11 +149,9 @@ fn init(path: &Path) -> Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the directory {}", dir.display()))?;
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
+    let mut file = crate::data_dir::private_file()
+        .write(true)
+        .create_new(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
     file.write_all(TEMPLATE.as_bytes())

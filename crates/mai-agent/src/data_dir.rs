@@ -22,6 +22,15 @@ pub fn prepare(dir: &Path) -> Result<()> {
     tighten(dir, 0o700)
 }
 
+/// Open options whose created file is readable and writable by its owner only (0600).
+pub fn private_file() -> std::fs::OpenOptions {
+    #[allow(unused_mut)]
+    let mut options = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+}
+
 /// Makes the database file at `path` private before SQLite opens it: creates it empty with mode
 /// 0600 when missing (SQLite gives its `-wal` and `-shm` files the database file's mode), and
 /// tightens an existing file and its `-wal`/`-shm`.
@@ -32,11 +41,7 @@ pub fn private_database(path: &Path) -> Result<()> {
                 format!("cannot create the database's directory {}", dir.display())
             })?;
         }
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(path) {
+        match private_file().write(true).create_new(true).open(path) {
             Ok(_) => {}
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(error) => {

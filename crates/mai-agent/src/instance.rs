@@ -9,7 +9,7 @@
 //! Must not: open the database (`app.rs` does), or decide what a command does when the lock is
 //! taken (the command does).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -147,11 +147,11 @@ fn read_holder(file: &mut File) -> Holder {
 /// Opens (creating, private) the lock file without truncating it: the text belongs to whoever
 /// holds the lock.
 fn open(path: &PathBuf) -> Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true).write(true).create(true).truncate(false);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
+    crate::data_dir::private_file()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
         .open(path)
         .with_context(|| format!("cannot open the lock file {}", path.display()))
 }
