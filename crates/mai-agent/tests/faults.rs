@@ -90,32 +90,7 @@ impl Respond for FlakyModel {
 fn serve(data: &std::path::Path, model: &MockServer, config: &str) -> Served {
     let path = data.join("mai-agent.toml");
     std::fs::write(&path, config).unwrap();
-    let mut command = mai(data, model);
-    command
-        .arg("--config")
-        .arg(&path)
-        .args(["serve", "--listen", "127.0.0.1:0"]);
-    Served::start(command)
-}
-
-async fn create(client: &reqwest::Client, base: &str, intent: &str) -> String {
-    create_with(client, base, json!({"intent": intent})).await
-}
-
-/// Creates a task in the console chat from `fields` (the intent and any other field of the API).
-async fn create_with(client: &reqwest::Client, base: &str, mut fields: Value) -> String {
-    fields["stream_id"] = json!("console:local");
-    fields["platform"] = json!("console");
-    let response = client
-        .post(format!("{base}/v1/tasks"))
-        .json(&fields)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(status, 201, "{body}");
-    body["id"].as_str().unwrap().to_owned()
+    Served::start(serve_command(data, model, Some(&path)))
 }
 
 async fn console_chat(client: &reqwest::Client, base: &str) {
@@ -171,7 +146,7 @@ async fn a_model_failing_30_percent_of_calls_never_hangs_a_task() {
     console_chat(&client, &served.base).await;
     let mut ids = Vec::new();
     for i in 0..24 {
-        ids.push(create(&client, &served.base, &format!("fault-task f{i}")).await);
+        ids.push(create_console_task(&client, &served.base, &format!("fault-task f{i}")).await);
     }
     let records = wait_all_done(&client, &served.base, &ids).await;
     let (mut completed, mut failed) = (0, 0);
@@ -305,7 +280,9 @@ async fn a_database_write_locked_by_another_connection_delays_but_loses_nothing(
     let creates: Vec<_> = (0..10)
         .map(|i| {
             let (client, base) = (client.clone(), served.base.clone());
-            tokio::spawn(async move { create(&client, &base, &format!("locked-task a{i}")).await })
+            tokio::spawn(async move {
+                create_console_task(&client, &base, &format!("locked-task a{i}")).await
+            })
         })
         .collect();
     // The fault is exercised once every create is past its title call: what is left of a

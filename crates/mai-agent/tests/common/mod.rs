@@ -256,9 +256,17 @@ pub fn serve_command(data_dir: &Path, server: &MockServer, config: Option<&Path>
 /// Creates a task in the console chat through the HTTP API; asserts it was created (201) and
 /// returns its id.
 pub async fn create_console_task(client: &reqwest::Client, base: &str, intent: &str) -> String {
+    create_with(client, base, json!({"intent": intent})).await
+}
+
+/// Creates a task in the console chat from `fields` (the intent and any other field of the
+/// API); asserts it was created (201) and returns its id.
+pub async fn create_with(client: &reqwest::Client, base: &str, mut fields: Value) -> String {
+    fields["stream_id"] = json!("console:local");
+    fields["platform"] = json!("console");
     let response = client
         .post(format!("{base}/v1/tasks"))
-        .json(&json!({"intent": intent, "stream_id": "console:local", "platform": "console"}))
+        .json(&fields)
         .send()
         .await
         .unwrap();
