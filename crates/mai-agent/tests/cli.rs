@@ -27,14 +27,7 @@ async fn run_drives_tools_writes_files_and_delivers_the_answer() {
         ),
         1 => tool_call("r1", "read", json!({"path": "notes/plan.txt"})),
         _ => {
-            let read = body["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .rev()
-                .find(|m| m["role"] == "tool")
-                .unwrap();
-            assert!(read["content"].as_str().unwrap().contains("day 1: temples"));
+            assert!(last_tool_result(body).contains("day 1: temples"));
             answer("plan saved: day 1: temples")
         }
     })
@@ -94,19 +87,7 @@ async fn run_drives_tools_writes_files_and_delivers_the_answer() {
 async fn run_asks_the_question_at_the_terminal_and_continues_with_the_answer() {
     let (server, _) = fake_model(|results, body| match results {
         0 => tool_call("q1", "ask_user", json!({"question": "Which colour?"})),
-        _ => {
-            let reply = body["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .rev()
-                .find(|m| m["role"] == "tool")
-                .unwrap();
-            answer(&format!(
-                "painting it {}",
-                reply["content"].as_str().unwrap()
-            ))
-        }
+        _ => answer(&format!("painting it {}", last_tool_result(body))),
     })
     .await;
     let data = tempfile::tempdir().unwrap();
@@ -351,16 +332,7 @@ async fn run_command_in_the_sandbox_needs_no_second_binary() {
             "run_command",
             json!({"command": "echo sandbox=$MAI_SANDBOX"}),
         ),
-        _ => {
-            let result = body["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .rev()
-                .find(|m| m["role"] == "tool")
-                .unwrap();
-            answer(result["content"].as_str().unwrap())
-        }
+        _ => answer(&last_tool_result(body)),
     })
     .await;
     let data = tempfile::tempdir().unwrap();

@@ -170,16 +170,7 @@ async fn a_planner_task_asks_in_the_group_gets_the_answer_over_onebot_and_delive
         if results == 0 {
             return tool_call("q1", "ask_user", json!({"question": "Which city?"}));
         }
-        let reply = body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "tool")
-            .unwrap()["content"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let reply = last_tool_result(body);
         let city: Value = serde_json::from_str(&reply).unwrap();
         answer(&format!(
             "{}: sunny, 24°C",

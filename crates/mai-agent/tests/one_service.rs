@@ -94,17 +94,7 @@ fn ask_then_paint(results: usize, body: &serde_json::Value) -> serde_json::Value
     if results == 0 {
         return tool_call("q1", "ask_user", json!({"question": "Which colour?"}));
     }
-    let reply = body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
-    answer(&format!(
-        "painting it {}",
-        reply["content"].as_str().unwrap()
-    ))
+    answer(&format!("painting it {}", last_tool_result(body)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

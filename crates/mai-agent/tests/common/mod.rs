@@ -79,6 +79,14 @@ pub fn tool_call(id: &str, name: &str, args: Value) -> Value {
         {"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]})
 }
 
+/// The content of the last tool result in a model request's `body`.
+pub fn last_tool_result(body: &Value) -> String {
+    let messages = body["messages"].as_array().expect("a request has messages");
+    let result = messages.iter().rev().find(|m| m["role"] == "tool");
+    let content = result.expect("a tool result")["content"].as_str();
+    content.expect("a text tool result").to_owned()
+}
+
 pub fn answer(text: &str) -> Value {
     json!({"role": "assistant", "content": text})
 }
