@@ -584,7 +584,7 @@ impl Engine {
                     what: if to == TaskStatus::Cancelled {
                         "it can no longer be cancelled"
                     } else {
-                        "only scheduled, pending, running or waiting tasks can be paused"
+                        "only pending, running or waiting tasks can be paused (cancel a scheduled one)"
                     },
                 });
             }
