@@ -35,11 +35,13 @@ struct Instance {
     _model: MockServer,
 }
 
-/// `serve` with the token and a model that asks "Which colour?" once, then paints in the
-/// answer's colour.
+/// `serve` with the token and a model that looks at its tasks, asks "Which colour?", then
+/// paints in the answer's colour.
 async fn instance() -> Instance {
     let (model, _calls) = fake_model(|results, body| {
         if results == 0 {
+            tool_call("t1", "list_my_tasks", json!({}))
+        } else if results == 1 {
             tool_call("q1", "ask_user", json!({"question": "Which colour?"}))
         } else {
             let said = common::last_tool_result(body);
@@ -220,12 +222,20 @@ async fn a_question_answered_on_the_waiting_page_resumes_the_task_and_the_log_na
         .unwrap();
     let timeline = browser.wait_text("#timeline", "painted it blue").await;
     assert!(timeline.contains("Which colour?"), "{timeline}");
+    assert!(timeline.contains("list_my_tasks"), "{timeline}");
     assert!(timeline.contains("dashboard:operator"), "{timeline}");
     let replies = browser.wait_text("#replies", "painted it blue").await;
     assert!(replies.contains("of 1 part(s) sent"), "{replies}");
     // Tall enough for the timeline in the picture.
     browser.client.set_window_size(1280, 1900).await.unwrap();
     browser.screenshot("detail").await;
+
+    // After a task ran, the health page has model calls to show.
+    browser.client.set_window_size(1280, 860).await.unwrap();
+    browser.client.goto(&instance.url("#/health")).await.unwrap();
+    browser.wait_text("#main", "last call").await;
+    browser.find("#charts figure").await;
+    browser.screenshot("health").await;
     browser.close().await;
 }
 
@@ -360,7 +370,6 @@ async fn the_role_tool_matrix_is_what_mai_agent_tools_prints() {
         .unwrap();
     browser.wait_text("#instance", "Version").await;
     browser.find("#charts figure").await;
-    browser.screenshot("health").await;
     browser.close().await;
 }
 

@@ -93,7 +93,7 @@ function showHead(head, task) {
       h('p', { class: 'text', id: 'task-intent' }, task.intent),
       m.answer ? [h('h2', {}, 'Answer'), h('p', { class: 'text', id: 'task-answer' }, m.answer)] : null,
       m.error ? [h('h2', {}, 'Error'), h('p', { class: 'text error' }, m.error)] : null,
-      h('dl', { class: 'facts' },
+      h('dl', { class: 'facts wide' },
         fact('Id', task.id),
         fact('Owner', task.owner),
         fact('Acts for', m.requester || '—'),
@@ -191,12 +191,14 @@ function buildTimeline(history) {
     if (!rounds.has(entry.round)) rounds.set(entry.round, []);
     rounds.get(entry.round).push(entry);
   }
-  for (const [round, entries] of rounds) items.push({ at: entries[0].at, node: roundNode(round, entries) });
+  // The first user message of the conversation is the intent; later ones are messages.
+  const first = history.entries.find((e) => e.kind === 'message' && e.payload?.role === 'user');
+  for (const [round, entries] of rounds) items.push({ at: entries[0].at, node: roundNode(round, entries, first) });
   items.sort((a, b) => new Date(a.at) - new Date(b.at));
   return items.length ? items.map((i) => i.node) : h('li', { class: 'empty' }, 'Nothing yet.');
 }
 
-function roundNode(round, entries) {
+function roundNode(round, entries, intent) {
   const results = new Map();
   for (const e of entries) {
     if (e.kind === 'message' && e.payload?.role === 'tool') results.set(e.payload.tool_call_id, e);
@@ -211,7 +213,7 @@ function roundNode(round, entries) {
     } else if (p.role === 'system') {
       body.push(h('details', { class: 'ev' }, h('summary', {}, 'System prompt'), h('pre', {}, p.content ?? '')));
     } else if (p.role === 'user') {
-      body.push(h('div', { class: 'ev user' }, h('b', {}, round === 0 ? 'Intent' : 'Message'), h('p', { class: 'text' }, p.content ?? '')));
+      body.push(h('div', { class: 'ev user' }, h('b', {}, e === intent ? 'Intent' : 'Message'), h('p', { class: 'text' }, p.content ?? '')));
     } else if (p.role === 'assistant') {
       if (p.reasoning_content) body.push(h('details', { class: 'ev' }, h('summary', {}, 'Reasoning'), h('pre', {}, p.reasoning_content)));
       if (p.content) body.push(h('div', { class: 'ev model' }, h('b', {}, 'Model'), h('p', { class: 'text' }, p.content)));
@@ -238,7 +240,7 @@ function callNode(call, asked, result) {
       h('b', {}, 'Answer'), h('p', { class: 'text' }, answer ?? (result ? output : 'waiting…')));
   }
   const nested = SUBAGENT_TOOLS.includes(call.name);
-  return h('details', { class: `ev call${nested ? ' subagent' : ''}`, open: nested },
+  return h('details', { class: `ev call${nested ? ' subagent' : ''}`, open: true },
     h('summary', {}, h('code', {}, call.name), nested ? ' (sub-agents)' : '', took ? ` · ${took}` : '', result ? '' : ' · no result yet'),
     h('div', { class: nested ? 'nested' : '' },
       h('b', {}, 'Arguments'), h('pre', {}, pretty(call.arguments)),

@@ -58,9 +58,11 @@ function part(name, ok, error, detail) {
 function buildCharts(samples) {
   const at = (s) => new Date(s.at);
   const gauge = (state) => samples.map((s) => ({ t: at(s), v: s.active[state] ?? 0 }));
+  // A rate over less than 5 s (the sample taken for this answer, just after a kept one) would
+  // be noise: such points are left out.
   const rate = (pick) => samples.slice(1).map((s, i) => {
     const minutes = (at(s) - at(samples[i])) / 60000;
-    return { t: at(s), v: minutes > 0 ? (pick(s) - pick(samples[i])) / minutes : null };
+    return { t: at(s), v: minutes >= 5 / 60 ? (pick(s) - pick(samples[i])) / minutes : null };
   });
   const perCall = (pick) => samples.slice(1).map((s, i) => {
     const calls = s.model.calls - samples[i].model.calls;
