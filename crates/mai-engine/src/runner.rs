@@ -87,7 +87,14 @@ impl Engine {
         } else {
             "dispatched"
         };
-        task.transition(TaskStatus::Running, ACTOR, reason, started)?;
+        // An answer recorded through a door names who gave it; otherwise the scheduler.
+        let actor = task.metadata.answered_by.take();
+        task.transition(
+            TaskStatus::Running,
+            actor.as_deref().unwrap_or(ACTOR),
+            reason,
+            started,
+        )?;
         task.metadata.waiting = None;
         task.metadata.pause_cause = None;
         if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
