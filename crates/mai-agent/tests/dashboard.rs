@@ -232,7 +232,11 @@ async fn a_question_answered_on_the_waiting_page_resumes_the_task_and_the_log_na
 
     // After a task ran, the health page has model calls to show.
     browser.client.set_window_size(1280, 860).await.unwrap();
-    browser.client.goto(&instance.url("#/health")).await.unwrap();
+    browser
+        .client
+        .goto(&instance.url("#/health"))
+        .await
+        .unwrap();
     browser.wait_text("#main", "last call").await;
     browser.find("#charts figure").await;
     browser.screenshot("health").await;

@@ -844,6 +844,17 @@ async fn the_person_a_planner_task_was_made_for_answers_it_by_replying_in_the_st
     assert!(task.metadata.answer.clone().unwrap().contains("Europe"));
     assert_eq!(task.owner.to_string(), "planner:grp-a");
     assert_eq!(task.requester().unwrap().to_string(), "qq:alice");
+    // The resume's status-log line names who answered.
+    let resumed = task
+        .status_log
+        .iter()
+        .find(|line| line.reason == "resumed with the answer")
+        .expect("a resume line");
+    assert_eq!(resumed.actor, "qq:alice");
+    assert_eq!(
+        task.metadata.answered_by, None,
+        "cleared once the run started"
+    );
 }
 
 #[tokio::test]

@@ -25,14 +25,15 @@ export function render(main, id) {
   let children = new Set();
   async function load() {
     try {
-      const [history, made] = await Promise.all([
+      const [history, made, record] = await Promise.all([
         api(`/v1/tasks/${encodeURIComponent(id)}/history`),
         api(`/v1/tasks?parent=${encodeURIComponent(id)}&limit=100`),
+        api(`/v1/tasks/${encodeURIComponent(id)}`),
       ]);
       task = history.task;
       showHead(head, task);
       showControls(controls, task, act);
-      showUsage(usage, task);
+      showUsage(usage, record.usage ?? task.usage);
       put(timeline, buildTimeline(history));
       children = new Set(made.tasks.map((t) => t.id));
       showChildren(replies, made.tasks);
@@ -149,16 +150,24 @@ function showControls(controls, task, act) {
   put(controls, parts);
 }
 
-/** Usage and cost, when the server records them (`usage` on the task). */
-function showUsage(where, task) {
-  const usage = task.usage;
+/** Usage and cost, when the server records them (`usage` in `GET /v1/tasks/{id}`): every
+ *  figure, nested ones as `outer · inner`. */
+function showUsage(where, usage) {
   if (!usage || typeof usage !== 'object') {
     put(where);
     return;
   }
-  const rows = Object.entries(usage).filter(([, v]) => typeof v !== 'object');
-  put(where, h('section', { class: 'card', id: 'usage' }, h('h2', {}, 'Usage'),
-    h('dl', { class: 'facts' }, rows.map(([k, v]) => fact(k.replace(/_/g, ' '), String(v))))));
+  const rows = [];
+  const walk = (prefix, value) => {
+    if (value !== null && typeof value === 'object') {
+      for (const [k, v] of Object.entries(value)) walk(prefix ? `${prefix} · ${k}` : k, v);
+    } else {
+      rows.push([prefix.replace(/_/g, ' '), value === null ? '—' : String(value)]);
+    }
+  };
+  walk('', usage);
+  put(where, h('section', { class: 'card', id: 'usage' }, h('h2', {}, 'Usage and cost'),
+    h('dl', { class: 'facts wide' }, rows.map(([k, v]) => fact(k, v)))));
 }
 
 function pretty(value) {
