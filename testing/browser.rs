@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 use std::io::BufRead;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -63,10 +64,12 @@ impl Browser {
                 return None;
             }
         };
+        // Its own process group, so that ending the test ends Chromium too (see `Drop`).
         let mut driver = Command::new(&driver_path)
             .arg("--port=0")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("chromedriver starts");
         let port = driver_port(&mut driver);
@@ -83,6 +86,9 @@ impl Browser {
             "--disable-gpu".into(),
             "--disable-dev-shm-usage".into(),
             "--hide-scrollbars".into(),
+            // No crash handler: it would detach from the process group and outlive the test.
+            "--disable-breakpad".into(),
+            "--disable-crash-reporter".into(),
         ];
         if rustix::process::geteuid().is_root() {
             args.push("--no-sandbox".into());
@@ -174,17 +180,19 @@ impl Browser {
         path
     }
 
-    /// Ends the session and chromedriver.
-    pub async fn close(mut self) {
+    /// Ends the session (Chromium quits), then chromedriver.
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 }
 
 impl Drop for Browser {
+    /// Ends chromedriver and whatever it started (Chromium), even when a test failed midway:
+    /// they share the process group chromedriver was started in.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        if let Some(group) = rustix::process::Pid::from_raw(self.driver.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         let _ = self.driver.wait();
     }
 }
