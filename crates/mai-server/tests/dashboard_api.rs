@@ -91,6 +91,9 @@ async fn the_dashboard_page_loads_without_the_token_behind_the_host_check_with_a
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+    let (status, body) = json_of(anonymous.post(served.url("/")).send().await.unwrap()).await;
+    assert_eq!(status, 405, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("method"), "{body}");
 
     // The data is not open: the page's calls need the token.
     let data = anonymous.get(served.url("/v1/tasks")).send().await.unwrap();

@@ -173,10 +173,12 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
     for (_, path, handler) in page_routes() {
         pages = pages.route(path, handler);
     }
-    let pages = pages.layer(axum::middleware::from_fn_with_state(
-        guard.clone(),
-        guard::page_guard,
-    ));
+    let pages = pages
+        .method_not_allowed_fallback(error::wrong_method)
+        .layer(axum::middleware::from_fn_with_state(
+            guard.clone(),
+            guard::page_guard,
+        ));
     let mut open = Router::new();
     let mut guarded = Router::new();
     for (_, path, handler) in route_table() {
