@@ -1,8 +1,9 @@
 //! What the web dashboard needs from the HTTP API, against a real engine, host and store served
 //! on 127.0.0.1:0: its page and files load without the token but behind the Host/Origin checks
 //! and with a strict Content-Security-Policy; pause and resume; filters and per-status counts on
-//! the task list; the role × tool matrix; MCP servers; a stream's recent messages; the health
-//! history; and changes sent by the dashboard logged as `dashboard:operator`.
+//! the task list; the role × tool matrix; MCP servers (a real one from `testing/peers`, and one
+//! that cannot start); a stream's recent messages; the health history; and changes sent by the
+//! dashboard logged as `dashboard:operator`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -408,4 +409,73 @@ async fn a_streams_recent_messages_and_the_health_history_are_served() {
         assert_eq!(now["active"][state], 0, "{state}: {body}");
     }
     assert!(body["samples"].is_array());
+}
+
+#[path = "../../../testing/peers.rs"]
+mod shared_peers;
+
+/// A stdio MCP server entry for `command args…`, admin-only like every server by default.
+fn stdio(name: &str, command: &str, args: &[&str]) -> mai_core::config::McpServerConfig {
+    mai_core::config::McpServerConfig {
+        name: name.into(),
+        transport: mai_core::config::McpTransport::Stdio,
+        command: Some(command.into()),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: Default::default(),
+        url: None,
+        headers: Default::default(),
+        startup_timeout_secs: 30,
+        call_timeout_secs: 30,
+        min_role: mai_core::role::Role::Admin,
+        tool_roles: Default::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_servers_route_shows_a_real_servers_tools_and_a_broken_ones_error() {
+    let Some(peers) = shared_peers::peers() else {
+        return;
+    };
+    let everything = peers.join("node/node_modules/.bin/mcp-server-everything");
+    let manager = mai_mcp::McpManager::new(mai_mcp::ManagerOptions::default());
+    manager
+        .start(&[
+            stdio("everything", &everything.to_string_lossy(), &["stdio"]),
+            stdio("broken", "/nonexistent/mcp-server", &[]),
+        ])
+        .await;
+    let service = Service::start(ScriptedModel::default()).await;
+    let served = serve(
+        &service,
+        HttpOptions {
+            mcp_servers: Some(manager.clone()),
+            ..HttpOptions::new(server_config())
+        },
+    )
+    .await;
+    let (status, body) = json_of(served.get("/v1/mcp/servers").send().await.unwrap()).await;
+    manager.shutdown();
+    assert_eq!(status, 200, "{body}");
+    let servers = body["servers"].as_array().unwrap();
+    let by_name = |name: &str| {
+        servers
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {body}"))
+    };
+    let ready = by_name("everything");
+    assert_eq!(ready["state"], "ready", "{ready}");
+    assert_eq!(ready["last_error"], Value::Null);
+    let tools = ready["tools"].as_array().unwrap();
+    assert_eq!(tools.len() as u64, ready["tool_count"].as_u64().unwrap());
+    let echo = tools.iter().find(|t| t["raw_name"] == "echo").unwrap();
+    assert_eq!(echo["name"], "mcp_everything_echo");
+    assert_eq!(echo["min_role"], "admin");
+    let broken = by_name("broken");
+    assert_eq!(broken["state"], "failed", "{broken}");
+    assert!(
+        broken["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{broken}"
+    );
+    assert_eq!(broken["tools"], json!([]));
 }
