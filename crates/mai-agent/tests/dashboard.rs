@@ -395,6 +395,7 @@ async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
         .client
         .execute(
             "return matchMedia('(prefers-color-scheme: dark)').matches
+                    && matchMedia('(max-width: 720px)').matches
                     && document.documentElement.scrollWidth <= innerWidth",
             vec![],
         )
