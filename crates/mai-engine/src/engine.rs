@@ -309,6 +309,9 @@ impl Engine {
                     self.schedule.queue(task.id, task.priority);
                 }
                 TaskStatus::WaitingInput => self.recover_waiting(&task).await?,
+                TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Budget) => {
+                    self.arm_budget_resume(&task);
+                }
                 TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Stop) => {
                     task.transition(TaskStatus::Pending, "recovery", "resumed after stop", now)?;
                     task.metadata.pause_cause = None;
@@ -382,10 +385,17 @@ impl Engine {
         }
         let now = self.now();
         let due: mai_core::store::Change = Box::new(move |task| {
-            task.status == TaskStatus::Scheduled
+            let budget_reset = crate::runner::paused_by_budget(task);
+            let reason = if budget_reset { "budget reset" } else { "due" };
+            let moved = (task.status == TaskStatus::Scheduled || budget_reset)
                 && task
-                    .transition(TaskStatus::Pending, "scheduler", "due", now)
-                    .is_ok()
+                    .transition(TaskStatus::Pending, "scheduler", reason, now)
+                    .is_ok();
+            if moved {
+                task.metadata.pause_cause = None;
+                task.metadata.budget_resets_at = None;
+            }
+            moved
         });
         match self.store.update(id, due).await {
             Ok(Some(task)) => {

@@ -16,6 +16,8 @@ mod deps;
 mod engine;
 mod error;
 mod events;
+mod loop_guard;
+mod over_budget;
 mod planner;
 mod prompts;
 mod reply;
@@ -28,6 +30,7 @@ mod subagent;
 mod tasks;
 mod tool_handle;
 mod truncate;
+mod usage;
 mod waiting;
 mod wiring;
 

@@ -21,6 +21,7 @@ mod retention;
 mod schema;
 mod sqlite;
 mod status_log;
+mod usage;
 mod without_field;
 mod write;
 mod writer;
