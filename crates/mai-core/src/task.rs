@@ -276,6 +276,11 @@ pub struct TaskMetadata {
     /// Saved with every checkpoint, so they survive recovery; each cron fire starts afresh.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub repeats: std::collections::BTreeMap<String, u32>,
+    /// Who recorded the answer a waiting task resumes with, when a door named one (`mai-agent
+    /// task ask`, the dashboard, `/maitask ask`): the status-log line of the resume names them
+    /// instead of the scheduler. Cleared when that run starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 fn is_zero(value: &u32) -> bool {

@@ -32,6 +32,9 @@ pub(crate) struct Served {
     pub requester: Option<String>,
     pub stream_id: String,
     pub round: u32,
+    /// Held for the task's next write (a call made while the task runs) instead of written at
+    /// once.
+    pub held: bool,
 }
 
 impl Served {
@@ -47,6 +50,7 @@ impl Served {
             requester: task.requester().map(ToString::to_string),
             stream_id: task.stream_id.to_string(),
             round: task.metadata.rounds,
+            held: false,
         }
     }
 
@@ -58,6 +62,7 @@ impl Served {
             requester: ctx.requester().map(ToString::to_string),
             stream_id: ctx.stream_id().to_string(),
             round,
+            held: false,
         }
     }
 }
