@@ -352,3 +352,73 @@ fn over_limits(limits: &LimitsConfig, task: &TaskRecord, counts: &TaskCounts) ->
     }
     None
 }
+
+/// What `person` (with `role` in `stream`) and `stream` used today against their budgets, for
+/// `/mt usage`: one line each, with the limits and when they reset.
+pub(crate) async fn describe_budgets(
+    engine: &Engine,
+    person: &PersonId,
+    role: Role,
+    stream: &StreamId,
+) -> Result<String, EngineError> {
+    let budgets = engine.config.config().limits.budgets.clone();
+    let today = Today::of(engine);
+    let currency = engine.currency();
+    let counts = engine
+        .store
+        .counts(&CountQuery {
+            requester: Some(person),
+            stream,
+            created_by: None,
+            recurring: false,
+            created_since: Some(today.start),
+        })
+        .await?;
+    let base = UsageQuery {
+        since: Some(today.start),
+        ..UsageQuery::default()
+    };
+    let mine = UsageQuery {
+        requester: Some(person.to_string()),
+        ..base.clone()
+    };
+    let chat = UsageQuery {
+        stream: Some(stream.to_string()),
+        ..base
+    };
+    let mine = engine.store.usage(&mine).await?.pop().unwrap_or_default();
+    let chat = engine.store.usage(&chat).await?.pop().unwrap_or_default();
+    let limit = |figure: Option<String>| figure.unwrap_or_else(|| "unlimited".into());
+    let line = |whose: &str, tasks: u64, used: &UsageTotals, budget: &Budget| {
+        format!(
+            "{whose} today: {tasks} task(s), {} tokens, cost {:.4} {currency} — limits: \
+             {} tasks, {} tokens, {} {currency} per day",
+            used.tokens(),
+            used.cost,
+            limit(budget.tasks_per_day.map(|n| n.to_string())),
+            limit(budget.tokens_per_day.map(|n| n.to_string())),
+            limit(budget.cost_per_day.map(|n| n.to_string())),
+        )
+    };
+    let mut out = line(
+        &format!("{person} ({role})"),
+        counts.created_by_requester_since,
+        &mine,
+        &budgets.for_person(&person.to_string(), role),
+    );
+    if budgets.admins_exempt && role == Role::Admin {
+        out.push_str(" (admins are exempt, except for planner tasks)");
+    }
+    out.push('\n');
+    out.push_str(&line(
+        &format!("this chat ({stream})"),
+        counts.created_in_stream_since,
+        &chat,
+        &budgets.for_stream(stream.as_str()),
+    ));
+    out.push_str(&format!(
+        "\nbudgets reset at {}",
+        crate::usage::local_time(engine, today.end)
+    ));
+    Ok(out)
+}

@@ -255,6 +255,15 @@ impl Engine {
         .with_requester(task.requester().cloned())
     }
 
+    /// The role `person` has in a stream of `group_id` (a private chat: `None`) right now.
+    pub fn role_in(&self, person: &PersonId, group_id: Option<&str>) -> Role {
+        self.config.load().permissions.resolve(&Speaker {
+            platform: &person.platform,
+            user_id: &person.user_id,
+            group_id,
+        })
+    }
+
     /// The role `task` runs with right now (see [`TaskRole`]).
     pub fn task_role(&self, task: &TaskRecord) -> Role {
         TaskRole::of(self.config.clone(), task).role()

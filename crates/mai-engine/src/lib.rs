@@ -51,6 +51,7 @@ pub use schedule::LoadFigures;
 pub use splitter::{normalize, split};
 pub use subagent::{REFUSED_TO_SUBAGENTS, open_to_subagents};
 pub use tasks::{Caller, CreateTask, Door, TaskHistory};
+pub use usage::{usage_json, usage_line};
 
 /// Entry points for the fuzz targets in `fuzz/` and for hostile-input tests. Not a stable API.
 #[doc(hidden)]

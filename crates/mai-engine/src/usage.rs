@@ -310,3 +310,68 @@ impl Engine {
         budget_day(self, self.now()).1
     }
 }
+
+impl Engine {
+    /// A time a person gives for a usage range: RFC 3339 (`2026-12-04T08:00:00Z`), a date
+    /// (`2026-12-04`: the start of that day in `[task] timezone`) or `today`.
+    pub fn parse_usage_time(&self, text: &str) -> Result<DateTime<Utc>, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("today") {
+            return Ok(self.start_of_today());
+        }
+        if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+            return Ok(at.with_timezone(&Utc));
+        }
+        match chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+            Ok(date) => {
+                let noon = date.and_hms_opt(12, 0, 0).unwrap_or_default().and_utc();
+                // The day containing that date's noon in the zone starts at its midnight.
+                let (day, start, _) = budget_day(self, noon);
+                Ok(if day == date {
+                    start
+                } else {
+                    date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc()
+                })
+            }
+            Err(_) => Err(format!(
+                "`{text}` is not a time: give RFC 3339 (2026-12-04T08:00:00Z), a date \
+                 (2026-12-04, read in [task] timezone) or `today`"
+            )),
+        }
+    }
+}
+
+/// Usage sums as JSON, the cost in `currency` beside the tokens.
+pub fn usage_json(totals: &UsageTotals, currency: &str) -> serde_json::Value {
+    let mut value = serde_json::json!({
+        "prompt_tokens": totals.prompt_tokens,
+        "completion_tokens": totals.completion_tokens,
+        "cached_tokens": totals.cached_tokens,
+        "calls": totals.calls,
+        "estimated_calls": totals.estimated_calls,
+        "cost": totals.cost,
+        "currency": currency,
+    });
+    if let Some(key) = &totals.key {
+        value["key"] = serde_json::Value::String(key.clone());
+    }
+    value
+}
+
+/// One line of usage for people: tokens, calls and cost.
+pub fn usage_line(totals: &UsageTotals, currency: &str) -> String {
+    let estimated = if totals.estimated_calls > 0 {
+        format!(", {} estimated", totals.estimated_calls)
+    } else {
+        String::new()
+    };
+    format!(
+        "{} tokens ({} prompt, {} cached, {} completion) in {} call(s){estimated}, cost {:.4} {currency}",
+        totals.tokens(),
+        totals.prompt_tokens,
+        totals.cached_tokens,
+        totals.completion_tokens,
+        totals.calls,
+        totals.cost,
+    )
+}
