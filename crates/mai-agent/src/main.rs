@@ -9,6 +9,7 @@ mod cmd_run;
 mod cmd_serve;
 mod cmd_task;
 mod cmd_tools;
+mod cmd_usage;
 mod console;
 mod data_dir;
 mod instance;
@@ -92,6 +93,9 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// What the model calls cost: tokens, calls and cost from the local store (no `serve`
+    /// needed), optionally grouped; a table, or `--json` with a `total` object.
+    Usage(cmd_usage::UsageArgs),
     /// Serve the planner tools over MCP on stdin/stdout (for an MCP host that starts mai-agent);
     /// runs the engine until the host closes stdin. Logs go to stderr.
     Mcp,
@@ -208,6 +212,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Task { command, json } => {
             let app = app::build(&settings, ModelChoice::Configured).await?;
             cmd_task::run(app.engine, &settings, command, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Usage(args) => {
+            let app = app::build(&settings, ModelChoice::Configured).await?;
+            cmd_usage::run(&app.engine, args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp => {

@@ -25,6 +25,7 @@ mod schema;
 mod sqlite;
 mod status_log;
 mod storage;
+mod usage;
 mod without_field;
 mod write;
 mod writer;

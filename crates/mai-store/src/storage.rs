@@ -196,6 +196,25 @@ impl TaskStore for Store {
         self.inner().list_active().await
     }
 
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[mai_core::usage::UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner()
+            .checkpoint_with_usage(task, expected, history, usage)
+            .await
+    }
+
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        self.inner().usage(query).await
+    }
+
     async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError> {
         self.inner().history(id, from_seq).await
     }

@@ -10,6 +10,7 @@
 
 mod migrate;
 mod read;
+mod usage;
 mod write;
 
 use std::time::Duration;
@@ -36,11 +37,18 @@ pub(crate) use migrate::{apply as apply_migrations, recorded_version};
 /// the SQLite schema's version 3).
 static TASKS: Migrations = Migrations {
     table: "_mai_task_migrations",
-    scripts: &[Migration {
-        version: 1,
-        description: "tasks",
-        sql: include_str!("../../migrations/postgres/0001_tasks.sql"),
-    }],
+    scripts: &[
+        Migration {
+            version: 1,
+            description: "tasks",
+            sql: include_str!("../../migrations/postgres/0001_tasks.sql"),
+        },
+        Migration {
+            version: 2,
+            description: "usage",
+            sql: include_str!("../../migrations/postgres/0002_usage.sql"),
+        },
+    ],
 };
 
 /// The advisory lock that serialises admitted inserts across instances, so the caps of
@@ -351,6 +359,14 @@ impl TaskStore for PgStore {
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         let mut connection = self.connection("counting tasks").await?;
         read::count_tasks(&mut connection, &CountKeys::of(query)).await
+    }
+
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        let mut connection = self.connection("summing usage").await?;
+        usage::usage_totals(&mut connection, query).await
     }
 
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
