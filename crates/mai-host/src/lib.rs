@@ -13,6 +13,7 @@
 mod channels;
 mod embedded;
 mod error;
+mod grams;
 mod ingest;
 pub mod maibot;
 mod members;
@@ -20,6 +21,7 @@ pub mod memory;
 mod notes;
 mod onebot;
 mod people;
+mod pg;
 mod schema;
 mod sql;
 mod streams;

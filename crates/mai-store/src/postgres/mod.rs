@@ -30,7 +30,7 @@ use crate::migrate::{MigrateError, Migration, Migrations};
 use crate::read::CountKeys;
 use write::{Failure, Rows};
 
-pub(crate) use migrate::{apply as apply_migrations, recorded_version};
+pub use migrate::{apply as apply_migrations, recorded_version};
 
 /// The task tables' PostgreSQL scripts (their own version line: version 1 has the columns of
 /// the SQLite schema's version 3).
