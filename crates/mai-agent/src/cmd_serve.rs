@@ -84,7 +84,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
         &config,
         &format!("{zone} ({source})"),
     );
-    let http = start_http(&state, &config, listener, stop.clone());
+    let http = start_http(&state, &config, mcp.clone(), listener, stop.clone());
 
     signals.wait().await?;
     eprintln!("stopping: pausing running tasks (they resume on the next start)…");
@@ -267,10 +267,12 @@ impl Channels {
     }
 }
 
-/// Serves the HTTP API (and the MCP server at `/mcp` when enabled) on `listener` until `stop`.
+/// Serves the HTTP API and the dashboard (and the MCP server at `/mcp` when enabled) on
+/// `listener` until `stop`; `mcp_servers` is what `GET /v1/mcp/servers` reports.
 fn start_http(
     state: &ServerState,
     config: &mai_core::config::Config,
+    mcp_servers: Option<McpManager>,
     listener: TcpListener,
     stop: CancellationToken,
 ) -> JoinHandle<std::io::Result<()>> {
@@ -284,6 +286,7 @@ fn start_http(
             config: config.server.clone(),
             mcp: mcp_router,
             shutdown: stop.clone(),
+            mcp_servers,
         },
     );
     tokio::spawn(async move {
@@ -311,7 +314,7 @@ fn announce(
     } else {
         String::new()
     };
-    eprintln!("mai-agent serving on http://{local} (API under /v1{mcp})");
+    eprintln!("mai-agent serving on http://{local} (dashboard at /, API under /v1{mcp})");
     eprintln!("  data:   {}", data_dir.display());
     eprintln!("  config: {config_line}");
     eprintln!(

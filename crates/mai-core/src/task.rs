@@ -265,6 +265,11 @@ pub struct TaskMetadata {
     /// sub-task, so it counts against no limit).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub is_reply: bool,
+    /// Who recorded the answer a waiting task resumes with, when a door named one (`mai-agent
+    /// task ask`, the dashboard, `/maitask ask`): the status-log line of the resume names them
+    /// instead of the scheduler. Cleared when that run starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 fn is_zero(value: &u32) -> bool {

@@ -471,9 +471,18 @@ impl Engine {
             };
             match agent.run(&mut conversation).await? {
                 LoopEnd::Answer(text) => {
-                    // Written with the completion (one write instead of two).
+                    // Written with the completion (one write instead of two), and so are
+                    // its reply's parts.
                     let history = self.unsaved_entries(&conversation, task.metadata.rounds)?;
-                    return Ok(RunEnd::Answer { text, history });
+                    let parts = match self.answer_parts(task, &text, control).await {
+                        Ok(parts) => parts,
+                        Err(stop) => return Ok(RunEnd::Stopped(stop)),
+                    };
+                    return Ok(RunEnd::Answer {
+                        text,
+                        history,
+                        parts,
+                    });
                 }
                 LoopEnd::Question(call, args) => {
                     match self

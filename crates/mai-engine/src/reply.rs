@@ -16,7 +16,7 @@ use mai_core::host::Delivery;
 use mai_core::ids::{PersonId, StreamId};
 use mai_core::model::{ChatMessage, ChatRequest, ModelPurpose};
 use mai_core::store::SaveOutcome;
-use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus};
+use mai_core::task::{DeliveryProgress, TaskId, TaskRecord, TaskStatus, Trigger};
 
 use crate::engine::Engine;
 use crate::events::TaskEvent;
@@ -66,6 +66,28 @@ impl Engine {
     /// so the claim fixes them in the same write.
     pub(crate) fn fix_parts_unpolished(&self, task: &mut TaskRecord) {
         fix_parts_unpolished(&self.config.config(), task);
+    }
+
+    /// The final parts of the reply to `task`'s answer `text`, prepared (polished, split)
+    /// while the task still runs, so the write that completes it fixes them in its reply and
+    /// the reply needs no write of its own before its first send. `None` for a cron task,
+    /// whose reply is made (and prepared) in a later write; `Err` with the stop when the run
+    /// was stopped meanwhile (the answer is then not recorded: a resumed task asks again).
+    pub(crate) async fn answer_parts(
+        &self,
+        task: &TaskRecord,
+        text: &str,
+        control: &RunControl,
+    ) -> Result<Option<Vec<String>>, StopReason> {
+        if matches!(task.trigger, Trigger::Cron { .. }) {
+            return Ok(None);
+        }
+        tokio::select! {
+            _ = control.token.cancelled() => {
+                Err(control.reason().unwrap_or(StopReason::Shutdown))
+            }
+            parts = self.prepare_parts(task.reply_stream(), text, true, true) => Ok(Some(parts)),
+        }
     }
 
     /// Delivers an instant task's text to its reply stream.

@@ -73,10 +73,13 @@ impl RunControl {
 #[derive(Debug)]
 pub(crate) enum RunEnd {
     /// An agent's final answer, with the conversation's messages not checkpointed yet (the
-    /// answer itself): they are written with the completion.
+    /// answer itself): they are written with the completion. `parts` are its reply's final
+    /// parts when the run prepared them (polished and split), so the write that creates the
+    /// reply fixes them too.
     Answer {
         text: String,
         history: Vec<NewHistoryEntry>,
+        parts: Option<Vec<String>>,
     },
     /// An instant task delivered its text.
     Delivered,

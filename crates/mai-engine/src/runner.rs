@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use mai_core::config::Config;
 use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
-use mai_core::task::{NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
+use mai_core::task::{
+    DeliveryProgress, NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger,
+};
 
 use crate::conversation::{Conversation, Tail};
 use crate::cron::next_fire_blocking;
@@ -85,7 +87,14 @@ impl Engine {
         } else {
             "dispatched"
         };
-        task.transition(TaskStatus::Running, ACTOR, reason, started)?;
+        // An answer recorded through a door names who gave it; otherwise the scheduler.
+        let actor = task.metadata.answered_by.take();
+        task.transition(
+            TaskStatus::Running,
+            actor.as_deref().unwrap_or(ACTOR),
+            reason,
+            started,
+        )?;
         task.metadata.waiting = None;
         task.metadata.pause_cause = None;
         if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
@@ -188,7 +197,11 @@ impl Engine {
         let now = self.now();
         match end {
             RunEnd::Waiting => self.apply_stop_to_waiting(task.id, stop).await,
-            RunEnd::Answer { text, history } => self.complete_answer(task, text, history).await,
+            RunEnd::Answer {
+                text,
+                history,
+                parts,
+            } => self.complete_answer(task, text, history, parts).await,
             RunEnd::Delivered => self.complete(task, "delivered").await.map(drop),
             RunEnd::Failed(error) => self.fail(task, &error).await,
             RunEnd::Stopped(StopReason::Timeout { minutes }) => {
@@ -227,6 +240,7 @@ impl Engine {
         mut task: TaskRecord,
         text: String,
         history: Vec<NewHistoryEntry>,
+        parts: Option<Vec<String>>,
     ) -> Result<(), EngineError> {
         let now = self.now();
         task.metadata.answer = Some(text.clone());
@@ -238,6 +252,7 @@ impl Engine {
         task.transition(TaskStatus::Completed, ACTOR, "answered", now)?;
         task.metadata.history_len += history.len() as u64;
         let mut reply = self.reply_task(&task, &text, false, now);
+        reply.metadata.delivery = parts.map(|parts| DeliveryProgress { parts, sent: 0 });
         // The reply runs in the slot its parent frees, claimed in the write that
         // creates it: it outranks its parent's peers anyway (priority + 1), and so an
         // answer costs a read, a write and a dispatch less. Its control is registered
@@ -247,7 +262,9 @@ impl Engine {
         let inline = !self.stopping();
         if inline {
             reply.transition(TaskStatus::Running, ACTOR, "dispatched", now)?;
-            self.fix_parts_unpolished(&mut reply);
+            if reply.metadata.delivery.is_none() {
+                self.fix_parts_unpolished(&mut reply);
+            }
         } else {
             self.schedule.run_ended(reply.id);
         }

@@ -440,7 +440,10 @@ impl Engine {
         self.check_change(caller, &task, Change::Steer)?;
         match task.status {
             TaskStatus::WaitingInput => {
-                if self.answer_task(task.id, instruction).await? {
+                if self
+                    .answer_task(task.id, instruction, &caller.actor())
+                    .await?
+                {
                     return Ok(task);
                 }
                 // Already answered and about to resume: add it as an instruction instead.
@@ -502,7 +505,7 @@ impl Engine {
                 what: "only a task waiting for an answer can be answered",
             });
         }
-        if !self.answer_task(task.id, text).await? {
+        if !self.answer_task(task.id, text, &caller.actor()).await? {
             return Err(EngineError::WrongState {
                 short: task.id.short(),
                 status: task.status,
@@ -581,7 +584,7 @@ impl Engine {
                     what: if to == TaskStatus::Cancelled {
                         "it can no longer be cancelled"
                     } else {
-                        "only scheduled, pending, running or waiting tasks can be paused"
+                        "only pending, running or waiting tasks can be paused (cancel a scheduled one)"
                     },
                 });
             }

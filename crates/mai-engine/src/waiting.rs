@@ -212,7 +212,11 @@ impl Engine {
                 return Ok(None);
             };
             match self
-                .resume_with(id, json!({"success": true, "answer": text}))
+                .resume_with(
+                    id,
+                    json!({"success": true, "answer": text}),
+                    Some(&person.to_string()),
+                )
                 .await
             {
                 Ok(true) => return Ok(Some(id)),
@@ -230,9 +234,15 @@ impl Engine {
     /// Answers a specific waiting task (`/maitask ask`, `subagent_modify`, the CLI). Works from
     /// the store alone, so a process that does not run the task can answer it too. Returns false
     /// if it was not waiting for an answer (or already has one).
-    pub(crate) async fn answer_task(&self, id: TaskId, text: &str) -> Result<bool, EngineError> {
+    /// `by` is the actor the resume's status-log line names.
+    pub(crate) async fn answer_task(
+        &self,
+        id: TaskId,
+        text: &str,
+        by: &str,
+    ) -> Result<bool, EngineError> {
         self.forget_question(id);
-        self.resume_with(id, json!({"success": true, "answer": text}))
+        self.resume_with(id, json!({"success": true, "answer": text}), Some(by))
             .await
     }
 
@@ -261,6 +271,7 @@ impl Engine {
             self.resume_with(
                 id,
                 json!({"success": false, "timed_out": true, "error": message}),
+                None,
             )
             .await
             .map(drop)
@@ -277,7 +288,12 @@ impl Engine {
     /// The record is a compare-and-set on the waiting state: the write clears the question and
     /// lands only if the stored task still waits on it, so of two answers racing (in this
     /// process or another) exactly one is recorded.
-    async fn resume_with(&self, id: TaskId, result: Value) -> Result<bool, EngineError> {
+    async fn resume_with(
+        &self,
+        id: TaskId,
+        result: Value,
+        answered_by: Option<&str>,
+    ) -> Result<bool, EngineError> {
         let Some(mut task) = self.store.get(id).await? else {
             return Ok(false);
         };
@@ -302,6 +318,7 @@ impl Engine {
             at: now,
         };
         task.metadata.waiting = None;
+        task.metadata.answered_by = answered_by.map(str::to_owned);
         task.metadata.history_len += 1;
         task.updated_at = now;
         let outcome = self

@@ -648,6 +648,74 @@ async fn polish_failure_sends_the_original_and_success_sends_the_polished_text()
     assert_eq!(h.host.sent_to("s"), ["✨ polished", "raw machine output"]);
 }
 
+/// Answers agent calls with a text and holds every polish until released.
+struct HeldPolish {
+    polishing: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl mai_core::model::ChatModel for HeldPolish {
+    async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, ModelError> {
+        if req.purpose == mai_core::model::ModelPurpose::Replyer {
+            self.polishing.notify_one();
+            self.release.notified().await;
+            return Ok(ChatResponse::text("✨ polished"));
+        }
+        Ok(ChatResponse::text("the answer"))
+    }
+}
+
+#[tokio::test]
+async fn an_answer_is_polished_before_its_task_completes_and_a_cancel_meanwhile_sends_nothing() {
+    let polishing = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let model = Arc::new(HeldPolish {
+        polishing: polishing.clone(),
+        release: release.clone(),
+    });
+    let mut config = test_config();
+    config.polish.enabled = true;
+    let mut h = Harness::start(config, model).await;
+    let alice = caller("user", Role::User, "s");
+    let request = CreateTask {
+        title: Some("held".into()),
+        ..CreateTask::agent("a")
+    };
+
+    // Released: the reply is written with its polished parts, and they are what is sent.
+    let first = h.engine.create(&alice, request.clone()).await.unwrap();
+    polishing.notified().await;
+    let running = record(&h.engine, first.id).await;
+    assert_eq!(
+        running.status,
+        TaskStatus::Running,
+        "still running while polished"
+    );
+    let reply = mai_engine::reply_task_id(&running);
+    let admin = caller("admin", Role::Admin, "s");
+    assert!(h.engine.get(&admin, reply).await.is_err(), "no reply yet");
+    release.notify_one();
+    h.wait_status(reply, TaskStatus::Completed).await;
+    assert_eq!(h.host.sent_to("s"), ["✨ polished"]);
+
+    // Cancelled while polishing: the task ends cancelled, no reply is made, nothing is sent.
+    let second = h.engine.create(&alice, request).await.unwrap();
+    polishing.notified().await;
+    h.engine
+        .cancel(&alice, &second.id.to_string())
+        .await
+        .unwrap();
+    h.wait_status(second.id, TaskStatus::Cancelled).await;
+    let reply = mai_engine::reply_task_id(&record(&h.engine, second.id).await);
+    assert!(h.engine.get(&admin, reply).await.is_err(), "no reply made");
+    assert_eq!(
+        h.host.sent_to("s"),
+        ["✨ polished"],
+        "nothing more was sent"
+    );
+}
+
 #[tokio::test]
 async fn instant_tasks_deliver_their_text_and_delays_use_the_clock() {
     let model = RuleModel::new(|_| Ok(ChatResponse::text("unused")));

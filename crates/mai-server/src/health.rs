@@ -29,6 +29,8 @@ pub struct Health {
 struct Inner {
     started_at: DateTime<Utc>,
     last_model_call: Mutex<Option<ModelCall>>,
+    /// Every model call since start, for the dashboard's charts (`crate::trend`).
+    model_totals: Mutex<ModelTotals>,
     channels: Mutex<Vec<(String, Channel)>>,
 }
 
@@ -37,6 +39,14 @@ struct Inner {
 struct ModelCall {
     at: DateTime<Utc>,
     error: Option<String>,
+}
+
+/// Model calls since start: how many, how many failed, how long they took together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ModelTotals {
+    pub calls: u64,
+    pub errors: u64,
+    pub seconds: f64,
 }
 
 /// A channel as the report sees it.
@@ -71,6 +81,7 @@ impl Health {
             inner: Arc::new(Inner {
                 started_at: Utc::now(),
                 last_model_call: Mutex::new(None),
+                model_totals: Mutex::new(ModelTotals::default()),
                 channels: Mutex::new(Vec::new()),
             }),
         }
@@ -82,6 +93,19 @@ impl Health {
             at: Utc::now(),
             error: error.map(|e| e.chars().take(ERROR_CHARS).collect()),
         });
+    }
+
+    /// Adds a model call that took `seconds` to the totals.
+    pub fn model_timed(&self, ok: bool, seconds: f64) {
+        let mut totals = lock(&self.inner.model_totals);
+        totals.calls += 1;
+        totals.errors += u64::from(!ok);
+        totals.seconds += seconds;
+    }
+
+    /// The model calls since start.
+    pub fn model_totals(&self) -> ModelTotals {
+        *lock(&self.inner.model_totals)
     }
 
     /// Reports a OneBot channel named `name` through its status.

@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod state;
 pub mod task_log;
+pub mod trend;
 
 pub use http::{HttpOptions, router};
 pub use inbound::{Inbound, InboundError, deliver};

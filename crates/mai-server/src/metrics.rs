@@ -36,7 +36,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 /// Active states, gauged at scrape time. Terminal states grow without bound, so they are
 /// counted as transitions (`mai_tasks_finished_total`) instead of listed from the store.
-const ACTIVE_STATES: [TaskStatus; 5] = [
+pub(crate) const ACTIVE_STATES: [TaskStatus; 5] = [
     TaskStatus::Scheduled,
     TaskStatus::Pending,
     TaskStatus::Running,
@@ -308,6 +308,7 @@ impl Metrics {
     fn observe_model_call(&self, purpose: &str, error: Option<&ModelError>, seconds: f64) {
         let ok = error.is_none();
         self.inner.health.model_call(error.map(ToString::to_string));
+        self.inner.health.model_timed(ok, seconds);
         self.inner
             .model_latency
             .get_or_create(&ModelLabels {

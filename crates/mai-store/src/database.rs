@@ -174,8 +174,8 @@ impl Database {
         .map_err(|error| failed(Box::new(error)))?
         .map_err(failed)?;
         let (writer, readers, mut checkpointer) = connections;
-        let writer = Writer::spawn_observed(writer, "mai-db-writer", move || {
-            checkpointer.committed();
+        let writer = Writer::spawn_observed(writer, "mai-db-writer", move |connection| {
+            checkpointer.committed(connection);
         })
         .map_err(|error| failed(Box::new(error)))?;
         let (sender, receiver) = mpsc::channel::<ReadJob>();

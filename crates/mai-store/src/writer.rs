@@ -155,16 +155,17 @@ impl<S: Session> std::fmt::Debug for Writer<S> {
 impl<S: Session> Writer<S> {
     /// Moves `session` onto a new thread named `name` and returns the queue to it.
     pub fn spawn(session: S, name: &str) -> std::io::Result<Self> {
-        Self::spawn_observed(session, name, || {})
+        Self::spawn_observed(session, name, |_: &mut S| {})
     }
 
-    /// Like [`Writer::spawn`]; `committed` runs on the writer's thread after each commit, and
-    /// is dropped after the session when the writer stops (so what it owns outlives the
-    /// connection and is released before [`Writer::close`] returns).
+    /// Like [`Writer::spawn`]; `committed` runs on the writer's thread with the session after
+    /// each commit (outside any transaction), and is dropped after the session when the writer
+    /// stops (so what it owns outlives the connection and is released before
+    /// [`Writer::close`] returns).
     pub fn spawn_observed(
         session: S,
         name: &str,
-        committed: impl FnMut() + Send + 'static,
+        committed: impl FnMut(&mut S) + Send + 'static,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -244,7 +245,7 @@ fn serve<S: Session>(
     mut session: S,
     receiver: &mpsc::Receiver<Message<S>>,
     queued: &AtomicUsize,
-    mut committed: impl FnMut(),
+    mut committed: impl FnMut(&mut S),
 ) {
     while let Some(first) = next_message(receiver) {
         let mut units = Vec::new();
@@ -266,7 +267,7 @@ fn serve<S: Session>(
         }
         queued.fetch_sub(units.len(), Ordering::SeqCst);
         if run_batch(&mut session, units) {
-            committed();
+            committed(&mut session);
         }
         for read in reads {
             read(&mut session);

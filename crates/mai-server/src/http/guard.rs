@@ -76,7 +76,8 @@ impl Guard {
         }
     }
 
-    fn check(&self, request: &Request) -> Result<Pass, ApiError> {
+    /// `needs_token`: false only for the dashboard's page and assets, which carry no data.
+    fn check(&self, request: &Request, needs_token: bool) -> Result<Pass, ApiError> {
         let host = requested_host(request)?;
         if !self.host_allowed(&host) {
             return Err(ApiError::new(
@@ -90,7 +91,7 @@ impl Guard {
         let origin = request.headers().get(header::ORIGIN);
         if let Some(origin) = origin {
             let origin = origin.to_str().unwrap_or("(not text)");
-            if !self.origin_allowed(origin) {
+            if !self.origin_allowed(origin) && !same_origin(origin, &host) {
                 return Err(ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!(
@@ -103,7 +104,7 @@ impl Guard {
         if origin.is_some() && is_preflight(request) {
             return Ok(Pass::Preflight);
         }
-        if let Some(token) = &self.token {
+        if let Some(token) = self.token.as_ref().filter(|_| needs_token) {
             let given = request
                 .headers()
                 .get(header::AUTHORIZATION)
@@ -136,7 +137,8 @@ impl Guard {
         Ok(Pass::Request)
     }
 
-    /// The request's `Origin` when a browser sent one this API allows.
+    /// The request's `Origin` when a browser sent one this API allows (a page of this server
+    /// itself needs no CORS header: it is same-origin).
     fn allowed_origin(&self, request: &Request) -> Option<HeaderValue> {
         request
             .headers()
@@ -303,6 +305,17 @@ fn is_loopback_name(name: &str) -> bool {
     literal.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Whether `origin` is the origin of a page this server served under `host` (the dashboard
+/// reached by a name in `allowed_hosts`): its authority is exactly the `Host` the request names,
+/// which already passed the Host check, so no other site can be behind it.
+fn same_origin(origin: &str, host: &str) -> bool {
+    let origin = normalize_origin(origin);
+    match origin.split_once("://") {
+        Some(("http" | "https", authority)) => authority == host.trim().to_ascii_lowercase(),
+        _ => false,
+    }
+}
+
 fn normalize_origin(origin: &str) -> String {
     origin.trim().trim_end_matches('/').to_ascii_lowercase()
 }
@@ -324,7 +337,7 @@ fn preflight_answer() -> Response {
             (
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
                 "authorization, content-type, accept, last-event-id, mcp-session-id, \
-                 mcp-protocol-version",
+                 mcp-protocol-version, x-mai-client",
             ),
             (header::ACCESS_CONTROL_MAX_AGE, "600"),
         ],
@@ -332,14 +345,28 @@ fn preflight_answer() -> Response {
         .into_response()
 }
 
-/// The middleware.
+/// The middleware of the API: every check, the token included.
 pub(crate) async fn guard(
     State(guard): State<Arc<Guard>>,
     request: Request,
     next: Next,
 ) -> Response {
+    guarded(&guard, request, next, true).await
+}
+
+/// The middleware of the dashboard's page and assets: the same checks but the token (the page
+/// is where a person types it; it holds no data — every data call needs the token).
+pub(crate) async fn page_guard(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    guarded(&guard, request, next, false).await
+}
+
+async fn guarded(guard: &Guard, request: Request, next: Next, needs_token: bool) -> Response {
     let origin = guard.allowed_origin(&request);
-    let mut response = match guard.check(&request) {
+    let mut response = match guard.check(&request, needs_token) {
         Ok(Pass::Request) => next.run(request).await,
         Ok(Pass::Preflight) => preflight_answer(),
         Err(refusal) => refusal.into_response(),

@@ -1,6 +1,8 @@
 //! `POST /v1/messages`: HTTP ingestion, a chat channel for programs. The message goes through
-//! the same inbound pipeline as every other channel ([`crate::inbound::deliver`]). Must not:
-//! handle commands or replies itself.
+//! the same inbound pipeline as every other channel ([`crate::inbound::deliver`]).
+//! `GET /v1/streams/{stream_id}/messages`: a stream's recent messages as the engine's host has
+//! them (the chat a waiting task's question sits in, for the dashboard). Must not: handle
+//! commands or replies itself.
 
 use axum::Json;
 use axum::extract::State;
@@ -11,7 +13,7 @@ use mai_core::ids::StreamId;
 use mai_host::IncomingMessage;
 
 use super::Api;
-use super::error::{ApiError, JsonBody};
+use super::error::{ApiError, JsonBody, PathParams, QueryParams};
 use crate::inbound::{Inbound, deliver};
 
 #[derive(Debug, Deserialize)]
@@ -45,4 +47,42 @@ pub(crate) async fn post(
         anonymous: body.anonymous,
     };
     Ok(Json(deliver(&api.state, message).await?))
+}
+
+/// Default and largest number of messages `GET /v1/streams/{stream_id}/messages` returns.
+const DEFAULT_RECENT: usize = 20;
+const MAX_RECENT: usize = 200;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecentQuery {
+    limit: Option<usize>,
+}
+
+/// The newest messages of a stream, oldest first; empty for a stream the host does not know
+/// (a host without stored messages answers empty, never invented data).
+pub(crate) async fn recent(
+    State(api): State<Api>,
+    PathParams(stream_id): PathParams<String>,
+    QueryParams(query): QueryParams<RecentQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let stream = StreamId::new(stream_id.trim())
+        .map_err(|e| ApiError::bad_request(format!("stream_id: {e}")))?;
+    let limit = query.limit.unwrap_or(DEFAULT_RECENT);
+    if !(1..=MAX_RECENT).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit: must be between 1 and {MAX_RECENT}, got {limit}"
+        )));
+    }
+    let messages = api
+        .state
+        .engine
+        .host()
+        .recent_messages(&stream, limit)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(serde_json::json!({
+        "stream_id": stream.to_string(),
+        "messages": messages,
+    })))
 }

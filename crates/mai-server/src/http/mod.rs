@@ -1,20 +1,24 @@
 //! The HTTP API of `mai-agent serve` (reference: docs/http-api.md).
 //!
 //! Owns the route table, the options the router is built from, and the small endpoints
-//! (`/healthz`, `/v1/health`, `/metrics`, `/openapi.json`); task endpoints live in `tasks`, planner ones in
-//! `planner`, ingestion in `messages`, the live event stream in `events`, the MaiBot bridge
-//! WebSocket in `bridge`, the door (auth, Host/Origin, body size) in `guard`, and
-//! the error body in `error`. Everything but `GET /healthz` is behind the guard, including the
-//! MCP router nested at `/mcp`. Must not: reach the store, or decide permissions (the engine's
-//! facade does).
+//! (`/healthz`, `/v1/health`, `/v1/health/history`, `/metrics`, `/openapi.json`); task endpoints
+//! live in `tasks`, planner ones in `planner`, ingestion and a stream's recent messages in
+//! `messages`, the role × tool matrix and MCP servers in `tools`, the live event stream in
+//! `events`, the MaiBot bridge WebSocket in `bridge`, the web dashboard's page and files in
+//! `dashboard`, the door (auth, Host/Origin, body size) in `guard`, and the error body in
+//! `error`. Everything but `GET /healthz` is behind the guard, including the MCP router nested
+//! at `/mcp`; the dashboard's page and files pass it without the token. Must not: reach the
+//! store, or decide permissions (the engine's facade does).
 
 mod bridge;
+pub mod dashboard;
 mod error;
 mod events;
 mod guard;
 mod messages;
 mod planner;
 mod tasks;
+mod tools;
 
 use std::sync::Arc;
 
@@ -31,6 +35,7 @@ use mai_core::config::ServerConfig;
 
 use crate::metrics;
 use crate::state::ServerState;
+use crate::trend::Trend;
 use error::ApiError;
 
 /// The OpenAPI 3.1 description of every endpoint, served at `GET /openapi.json`.
@@ -46,15 +51,18 @@ pub struct HttpOptions {
     /// Cancelled when the server stops: open `/v1/events` streams end (a graceful shutdown
     /// waits for open responses).
     pub shutdown: CancellationToken,
+    /// The MCP client's servers, for `GET /v1/mcp/servers`; `None` lists none.
+    pub mcp_servers: Option<mai_mcp::McpManager>,
 }
 
 impl HttpOptions {
-    /// Options from `[server]`, with no MCP router.
+    /// Options from `[server]`, with no MCP router and no MCP servers.
     pub fn new(config: ServerConfig) -> Self {
         HttpOptions {
             config,
             mcp: None,
             shutdown: CancellationToken::new(),
+            mcp_servers: None,
         }
     }
 }
@@ -64,6 +72,9 @@ impl HttpOptions {
 pub(crate) struct Api {
     pub state: ServerState,
     pub shutdown: CancellationToken,
+    pub mcp_servers: Option<mai_mcp::McpManager>,
+    /// The sampled history behind `GET /v1/health/history`.
+    pub trend: Trend,
 }
 
 /// One route: method, path template, handler.
@@ -74,6 +85,7 @@ fn route_table() -> Vec<Route> {
     vec![
         (Method::GET, "/healthz", get(healthz)),
         (Method::GET, "/v1/health", get(health)),
+        (Method::GET, "/v1/health/history", get(health_history)),
         (Method::GET, "/metrics", get(metrics_text)),
         (Method::GET, "/openapi.json", get(openapi)),
         (Method::GET, "/v1/tasks", get(tasks::list)),
@@ -82,8 +94,17 @@ fn route_table() -> Vec<Route> {
         (Method::POST, "/v1/tasks/{id}/cancel", post(tasks::cancel)),
         (Method::POST, "/v1/tasks/{id}/inject", post(tasks::inject)),
         (Method::POST, "/v1/tasks/{id}/answer", post(tasks::answer)),
+        (Method::POST, "/v1/tasks/{id}/pause", post(tasks::pause)),
+        (Method::POST, "/v1/tasks/{id}/resume", post(tasks::resume)),
         (Method::GET, "/v1/tasks/{id}/history", get(tasks::history)),
         (Method::POST, "/v1/messages", post(messages::post)),
+        (
+            Method::GET,
+            "/v1/streams/{stream_id}/messages",
+            get(messages::recent),
+        ),
+        (Method::GET, "/v1/tools", get(tools::list)),
+        (Method::GET, "/v1/mcp/servers", get(tools::mcp_servers)),
         (Method::GET, "/v1/planner/tools", get(planner::list_tools)),
         (
             Method::POST,
@@ -120,6 +141,14 @@ pub fn routes() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
+/// The dashboard's page and files: behind the Host/Origin checks, without the token.
+fn page_routes() -> Vec<Route> {
+    vec![
+        (Method::GET, "/", get(dashboard::index)),
+        (Method::GET, "/ui/{name}", get(dashboard::file)),
+    ]
+}
+
 /// The paths that bypass the guard: health checks come from load balancers and supervisors
 /// that know neither the token nor our host name, and reveal nothing.
 const UNGUARDED: [&str; 1] = ["/healthz"];
@@ -129,10 +158,25 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
     state.metrics.follow(&state.engine);
     let max_body = options.config.max_body_bytes;
     let guard = Arc::new(guard::Guard::new(&options.config));
+    let trend = Trend::start(
+        state.engine.clone(),
+        state.metrics.health().clone(),
+        options.shutdown.clone(),
+    );
     let api = Api {
         state,
         shutdown: options.shutdown,
+        mcp_servers: options.mcp_servers,
+        trend,
     };
+    let mut pages = Router::new();
+    for (_, path, handler) in page_routes() {
+        pages = pages.route(path, handler);
+    }
+    let pages = pages.layer(axum::middleware::from_fn_with_state(
+        guard.clone(),
+        guard::page_guard,
+    ));
     let mut open = Router::new();
     let mut guarded = Router::new();
     for (_, path, handler) in route_table() {
@@ -158,6 +202,7 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
         .layer(RequestBodyLimitLayer::new(max_body))
         .layer(axum::middleware::from_fn_with_state(guard, guard::guard));
     open.method_not_allowed_fallback(error::wrong_method)
+        .merge(pages)
         .merge(guarded)
         .with_state(api)
 }
@@ -187,6 +232,21 @@ async fn health(State(api): State<Api>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, axum::Json(report)).into_response()
+}
+
+/// The sampled history behind the dashboard's health charts (`crate::trend`), and a sample
+/// taken now.
+async fn health_history(State(api): State<Api>) -> Result<Response, ApiError> {
+    let now = api
+        .trend
+        .now(&api.state.engine, api.state.metrics.health())
+        .await?;
+    Ok(axum::Json(json!({
+        "interval_secs": crate::trend::INTERVAL.as_secs(),
+        "samples": api.trend.samples(),
+        "now": now,
+    }))
+    .into_response())
 }
 
 async fn metrics_text(State(api): State<Api>) -> Result<Response, ApiError> {

@@ -1,5 +1,5 @@
-//! `/v1/tasks`: task create/list/get/cancel/inject/answer/history for other programs, all
-//! through the engine's task manager facade.
+//! `/v1/tasks`: task create/list/get/cancel/pause/resume/inject/answer/history for other
+//! programs and the dashboard, all through the engine's task manager facade.
 //!
 //! Who the caller is (docs/http-api.md, "Caller identity"): the API is a program's door, guarded
 //! by the bearer token, so reads and changes of existing tasks act as **admin**, in the name of
@@ -7,17 +7,22 @@
 //! task with `user_id` creates it **for that person** (`platform:user_id`), with that person's
 //! role in the stream resolved from `[permission]` — a guest is refused, as in chat — and the
 //! task later runs with that role. Without `user_id` the task belongs to the planner of the
-//! stream (admin), like a task the planner creates. Must not: reach the store, or decide a
-//! permission the facade decides.
+//! stream (admin), like a task the planner creates. A change sent with `X-Mai-Client:
+//! dashboard` (the dashboard's pages) is logged as `dashboard:operator` instead, so a status log
+//! says it came from the dashboard. Must not: reach the store, or decide a permission the
+//! facade decides.
+
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use mai_core::host::{ChatTarget, Host};
-use mai_core::ids::{PersonId, StreamId};
+use mai_core::ids::{Owner, PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::store::TaskFilter;
 use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
@@ -29,6 +34,13 @@ use super::error::{ApiError, JsonBody, PathParams, QueryParams, to_json};
 /// Default and largest page of `GET /v1/tasks`.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 500;
+/// How many of the newest matching tasks `GET /v1/tasks` reads when it filters by time or text,
+/// or counts per status (finished tasks are kept `[storage] keep_finished_days`, so this is
+/// every task on most instances; `counts_complete` says when it was not).
+const SCAN_LIMIT: u32 = 10_000;
+/// The header by which the dashboard names itself, and the actor its changes are logged as.
+const CLIENT_HEADER: &str = "x-mai-client";
+const DASHBOARD_ACTOR: (&str, &str) = ("dashboard", "operator");
 
 /// A task as the API shows it: the record plus its 8-character short id.
 pub(crate) fn task_view(task: &TaskRecord) -> Result<Value, ApiError> {
@@ -48,13 +60,23 @@ fn reader() -> Result<Caller, ApiError> {
     Caller::admin_reader("http-api").map_err(ApiError::internal)
 }
 
-/// The caller for a change of `task`: the token holder, admin, in the task's stream.
-fn acting_on(task: &TaskRecord) -> Caller {
-    Caller::token(
+/// The caller for a change of `task`: the token holder, admin, in the task's stream — logged as
+/// the stream's planner, or as `dashboard:operator` when the dashboard sent it.
+fn acting_on(task: &TaskRecord, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let mut caller = Caller::token(
         task.stream_id.clone(),
         task.platform.clone(),
         task.metadata.group_id.clone(),
-    )
+    );
+    let from_dashboard = headers
+        .get(CLIENT_HEADER)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"dashboard"));
+    if from_dashboard {
+        let (platform, name) = DASHBOARD_ACTOR;
+        let operator = PersonId::new(platform, name).map_err(ApiError::internal)?;
+        caller.owner = Owner::Person(operator);
+    }
+    Ok(caller)
 }
 
 #[derive(Debug, Deserialize)]
@@ -64,14 +86,58 @@ pub(crate) struct ListQuery {
     /// One status or several, comma-separated.
     status: Option<String>,
     limit: Option<u32>,
+    /// `platform:user_id` or `planner:stream_id`.
+    owner: Option<String>,
+    level: Option<TaskLevel>,
+    /// Created at or after (RFC 3339).
+    since: Option<DateTime<Utc>>,
+    /// Created before (RFC 3339).
+    until: Option<DateTime<Utc>>,
+    /// A piece of the title (any case) or the start of the id.
+    q: Option<String>,
+    /// Only the tasks this task made: its sub-tasks and reply tasks (an id or its start).
+    parent: Option<String>,
+    /// Also count the matching tasks per status (the status filter aside).
+    counts: Option<bool>,
 }
 
-pub(crate) async fn list(
-    State(api): State<Api>,
-    QueryParams(query): QueryParams<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+impl ListQuery {
+    /// Whether the answer needs a look at more tasks than the page (filters the store does not
+    /// apply, or counts).
+    fn scans(&self) -> bool {
+        self.since.is_some()
+            || self.until.is_some()
+            || self.q.as_deref().is_some_and(|q| !q.trim().is_empty())
+            || self.parent.as_deref().is_some_and(|p| !p.trim().is_empty())
+            || self.counts == Some(true)
+    }
+
+    /// The filters the store cannot apply.
+    fn keeps(&self, task: &TaskRecord) -> bool {
+        let q = self
+            .q
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_lowercase();
+        let parent = self.parent.as_deref().map(str::trim).unwrap_or_default();
+        let parent_matches = parent.is_empty()
+            || task
+                .metadata
+                .parent_task_id
+                .is_some_and(|id| id.to_string().starts_with(&parent.to_lowercase()));
+        parent_matches
+            && self.since.is_none_or(|since| task.created_at >= since)
+            && self.until.is_none_or(|until| task.created_at < until)
+            && (q.is_empty()
+                || task.title.to_lowercase().contains(&q)
+                || task.id.to_string().starts_with(&q))
+    }
+}
+
+fn parse_statuses(list: Option<&str>) -> Result<Vec<TaskStatus>, ApiError> {
     let mut statuses = Vec::new();
-    for name in query.status.iter().flat_map(|s| s.split(',')) {
+    for name in list.iter().flat_map(|s| s.split(',')) {
         let name = name.trim();
         if name.is_empty() {
             continue;
@@ -81,25 +147,67 @@ pub(crate) async fn list(
                 .map_err(|e| ApiError::bad_request(format!("status: {e}")))?,
         );
     }
+    Ok(statuses)
+}
+
+pub(crate) async fn list(
+    State(api): State<Api>,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let statuses = parse_statuses(query.status.as_deref())?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(format!(
             "limit: must be between 1 and {MAX_LIMIT}, got {limit}"
         )));
     }
-    let filter = TaskFilter {
+    let owner = match query.owner.as_deref().map(str::trim) {
+        Some(owner) if !owner.is_empty() => Some(owner.parse::<Owner>().map_err(|e| {
+            ApiError::bad_request(format!(
+                "owner: {e} (give `platform:user_id` or `planner:stream_id`)"
+            ))
+        })?),
+        _ => None,
+    };
+    let mut filter = TaskFilter {
         stream_id: query
             .stream_id
             .as_deref()
+            .filter(|s| !s.trim().is_empty())
             .map(|s| stream("stream_id", s))
             .transpose()?,
+        owner,
+        level: query.level,
         statuses,
         limit: Some(limit),
         ..TaskFilter::default()
     };
-    let tasks = api.state.engine.list(&reader()?, filter).await?;
-    let views = tasks.iter().map(task_view).collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(json!({ "tasks": views })))
+    if !query.scans() {
+        let tasks = api.state.engine.list(&reader()?, filter).await?;
+        let views = tasks.iter().map(task_view).collect::<Result<Vec<_>, _>>()?;
+        return Ok(Json(json!({ "tasks": views })));
+    }
+    let wanted = std::mem::take(&mut filter.statuses);
+    filter.limit = Some(SCAN_LIMIT);
+    let scanned = api.state.engine.list(&reader()?, filter).await?;
+    let complete = scanned.len() < SCAN_LIMIT as usize;
+    let matching: Vec<&TaskRecord> = scanned.iter().filter(|t| query.keeps(t)).collect();
+    let mut counts = BTreeMap::new();
+    for task in &matching {
+        *counts.entry(task.status.as_str()).or_insert(0u64) += 1;
+    }
+    let views = matching
+        .into_iter()
+        .filter(|t| wanted.is_empty() || wanted.contains(&t.status))
+        .take(limit as usize)
+        .map(task_view)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut body = json!({ "tasks": views });
+    if query.counts == Some(true) {
+        body["counts"] = json!(counts);
+        body["counts_complete"] = json!(complete);
+    }
+    Ok(Json(body))
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,12 +313,13 @@ pub(crate) async fn get(
 
 pub(crate) async fn cancel(
     State(api): State<Api>,
+    headers: HeaderMap,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let engine = &api.state.engine;
     let task = engine.resolve(&reader()?, &id).await?;
     let after = engine
-        .cancel(&acting_on(&task), &task.id.to_string())
+        .cancel(&acting_on(&task, &headers)?, &task.id.to_string())
         .await?;
     // A running task stops at its next await: say so rather than claim it is cancelled.
     let stopping = after.status == TaskStatus::Running;
@@ -227,14 +336,16 @@ pub(crate) struct InjectBody {
 
 pub(crate) async fn inject(
     State(api): State<Api>,
+    headers: HeaderMap,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<InjectBody>,
 ) -> Result<Json<Value>, ApiError> {
     let engine = &api.state.engine;
     let task = engine.resolve(&reader()?, &id).await?;
     let answered = task.status == TaskStatus::WaitingInput;
+    let caller = acting_on(&task, &headers)?;
     let task = engine
-        .inject(&acting_on(&task), &task.id.to_string(), &body.instruction)
+        .inject(&caller, &task.id.to_string(), &body.instruction)
         .await?;
     Ok(Json(json!({
         "task": task_view(&task)?,
@@ -254,15 +365,52 @@ pub(crate) struct AnswerBody {
 /// instruction instead, unlike `inject`.
 pub(crate) async fn answer(
     State(api): State<Api>,
+    headers: HeaderMap,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Json<Value>, ApiError> {
     let engine = &api.state.engine;
     let task = engine.resolve(&reader()?, &id).await?;
     let task = engine
-        .answer(&acting_on(&task), &task.id.to_string(), &body.text)
+        .answer(
+            &acting_on(&task, &headers)?,
+            &task.id.to_string(),
+            &body.text,
+        )
         .await?;
     Ok(Json(json!({ "task": task_view(&task)? })))
+}
+
+/// Pauses a task: at once unless it runs; a running one pauses at its next step (`"stopping":
+/// true`, status still `running`) and later resumes from its checkpoint.
+pub(crate) async fn pause(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    let engine = &api.state.engine;
+    let task = engine.resolve(&reader()?, &id).await?;
+    let after = engine
+        .pause(&acting_on(&task, &headers)?, &task.id.to_string())
+        .await?;
+    let stopping = after.status == TaskStatus::Running;
+    Ok(Json(
+        json!({ "task": task_view(&after)?, "stopping": stopping }),
+    ))
+}
+
+/// Resumes a paused task: it is queued again (`pending`) and continues from its checkpoint.
+pub(crate) async fn resume(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    let engine = &api.state.engine;
+    let task = engine.resolve(&reader()?, &id).await?;
+    let after = engine
+        .resume(&acting_on(&task, &headers)?, &task.id.to_string())
+        .await?;
+    Ok(Json(json!({ "task": task_view(&after)? })))
 }
 
 pub(crate) async fn history(

@@ -1,0 +1,428 @@
+//! The web dashboard in a real browser: a headless Chromium (Debian's, installed by
+//! `testing/browser/setup.sh`) driven over WebDriver against a real `mai-agent serve` on loopback
+//! with the fake model. It logs in with the token, sees a task created through the API appear
+//! live, answers a question from the waiting page (the task resumes, the status log names the
+//! dashboard), cancels from the detail page, shows an intent full of HTML as inert text, and its
+//! role × tool matrix is what `mai-agent tools` prints. Each page is saved as a screenshot
+//! (`<target>/tmp/dashboard-screenshots/`; `MAI_UPDATE_DOC_SCREENSHOTS=1` refreshes `docs/img/`).
+//!
+//! Without Chromium each test prints SKIP; under `CI=true` it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../../testing/browser.rs"]
+mod browser;
+mod common;
+#[path = "../../../testing/sse.rs"]
+mod sse;
+
+use std::collections::BTreeMap;
+
+use browser::Browser;
+use common::{Served, answer, events, fake_model, serve_command, tool_call};
+use fantoccini::Locator;
+use fantoccini::key::Key;
+use serde_json::{Value, json};
+use sse::SseReader;
+use wiremock::MockServer;
+
+const TOKEN: &str = "dashboard-test-token";
+
+/// A served instance with a token, and an API client that sends it.
+struct Instance {
+    _dir: tempfile::TempDir,
+    served: Served,
+    api: reqwest::Client,
+    _model: MockServer,
+}
+
+/// `serve` with the token and a model that asks "Which colour?" once, then paints in the
+/// answer's colour.
+async fn instance() -> Instance {
+    let (model, _calls) = fake_model(|results, body| {
+        if results == 0 {
+            tool_call("q1", "ask_user", json!({"question": "Which colour?"}))
+        } else {
+            let said = common::last_tool_result(body);
+            let colour: Value = serde_json::from_str(&said).unwrap_or(Value::Null);
+            answer(&format!(
+                "painted it {}",
+                colour["answer"].as_str().unwrap_or("grey")
+            ))
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = serve_command(dir.path(), &model, None);
+    command.env("MAI_AGENT__SERVER__AUTH_TOKEN", TOKEN);
+    let served = Served::start(command);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {TOKEN}").parse().unwrap(),
+    );
+    let api = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    Instance {
+        _dir: dir,
+        served,
+        api,
+        _model: model,
+    }
+}
+
+impl Instance {
+    fn url(&self, hash: &str) -> String {
+        format!("{}/{hash}", self.served.base)
+    }
+
+    /// Creates a task in the console chat; returns its record.
+    async fn create(&self, fields: Value) -> Value {
+        let mut fields = fields;
+        fields["stream_id"] = json!("console:local");
+        fields["platform"] = json!("console");
+        let response = self
+            .api
+            .post(format!("{}/v1/tasks", self.served.base))
+            .json(&fields)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        response.json().await.unwrap()
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        common::task_record(&self.api, &self.served.base, id).await
+    }
+}
+
+/// Opens the dashboard at `hash` and logs in (the token goes into the login form).
+async fn logged_in(browser: &Browser, instance: &Instance, hash: &str) {
+    browser.client.goto(&instance.url(hash)).await.unwrap();
+    let token = browser.find("#token").await;
+    token.send_keys(TOKEN).await.unwrap();
+    browser.find("#login").await.click().await.unwrap();
+    browser.find("#nav a[aria-current=page]").await;
+}
+
+#[tokio::test]
+async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api_appear_live() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    browser.client.goto(&instance.url("")).await.unwrap();
+    let token = browser.find("#token").await;
+    browser.screenshot("login").await;
+    token.send_keys("not-the-token").await.unwrap();
+    browser.find("#login").await.click().await.unwrap();
+    browser.wait_text("main", "refused").await;
+    // The page holds no token in its address, and the wrong one was not kept.
+    assert!(
+        !browser
+            .client
+            .current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("token")
+    );
+    token.clear().await.unwrap();
+    token.send_keys(TOKEN).await.unwrap();
+    browser.find("#login").await.click().await.unwrap();
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("#task-rows", "No task").await;
+
+    instance
+        .create(
+            json!({"intent": "water the plants every evening", "title": "water the plants",
+                       "cron_expr": "0 18 * * *", "level": "instant"}),
+        )
+        .await;
+    instance
+        .create(
+            json!({"intent": "summarise the week", "title": "weekly summary",
+                       "delay_seconds": 3600}),
+        )
+        .await;
+    // Without a reload: the list follows the event stream.
+    let rows = browser.wait_text("#task-rows", "weekly summary").await;
+    assert!(rows.contains("water the plants"), "{rows}");
+    assert!(rows.contains("cron 0 18 * * *"), "{rows}");
+    let counts = browser.wait_text(".counts", "scheduled").await;
+    assert!(
+        counts.contains("scheduled\n2") || counts.contains("scheduled 2"),
+        "{counts}"
+    );
+    browser.screenshot("tasks").await;
+
+    browser
+        .client
+        .goto(&instance.url("#/schedules"))
+        .await
+        .unwrap();
+    browser
+        .wait_text("#schedule-rows", "water the plants")
+        .await;
+    browser.screenshot("schedules").await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_question_answered_on_the_waiting_page_resumes_the_task_and_the_log_names_the_dashboard()
+{
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let mut stream = SseReader::new(events(&instance.api, &instance.served.base).await);
+    let task = instance
+        .create(json!({"intent": "paint the fence", "title": "paint the fence"}))
+        .await;
+    let id = task["id"].as_str().unwrap().to_owned();
+    stream
+        .wait_status(&id, "waiting_input", "the question")
+        .await;
+
+    logged_in(&browser, &instance, "#/waiting").await;
+    let card = browser.wait_text("#waiting-list", "Which colour?").await;
+    assert!(card.contains("paint the fence"), "{card}");
+    browser.wait_text("#waiting-count", "1").await;
+    browser.screenshot("waiting").await;
+    let text = browser.find("#waiting-list textarea").await;
+    text.send_keys("blue").await.unwrap();
+    browser
+        .find("#waiting-list button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    stream.wait_status(&id, "completed", "the answer").await;
+
+    let record = instance.task(&id).await;
+    assert_eq!(record["metadata"]["answer"], "painted it blue");
+    let resumed = record["status_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|line| line["reason"] == "resumed with the answer")
+        .expect("a resume line")
+        .clone();
+    assert_eq!(resumed["actor"], "dashboard:operator", "{resumed}");
+    browser.wait_text("#waiting-list", "Nobody").await;
+
+    browser
+        .client
+        .goto(&instance.url(&format!("#/task/{id}")))
+        .await
+        .unwrap();
+    let timeline = browser.wait_text("#timeline", "painted it blue").await;
+    assert!(timeline.contains("Which colour?"), "{timeline}");
+    assert!(timeline.contains("dashboard:operator"), "{timeline}");
+    let replies = browser.wait_text("#replies", "painted it blue").await;
+    assert!(replies.contains("of 1 part(s) sent"), "{replies}");
+    // Tall enough for the timeline in the picture.
+    browser.client.set_window_size(1280, 1900).await.unwrap();
+    browser.screenshot("detail").await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn cancelling_on_the_detail_page_cancels_the_task() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let task = instance
+        .create(json!({"intent": "tidy the archive", "title": "tidy", "delay_seconds": 3600}))
+        .await;
+    let id = task["id"].as_str().unwrap();
+    logged_in(&browser, &instance, &format!("#/task/{id}")).await;
+    browser.wait_text("#task-title", "scheduled").await;
+    let cancel = browser.find("#cancel").await;
+    cancel.click().await.unwrap();
+    // The first press only asks.
+    assert_eq!(cancel.text().await.unwrap(), "Really cancel?");
+    assert_eq!(instance.task(id).await["status"], "scheduled");
+    cancel.click().await.unwrap();
+    browser.wait_text("#task-title", "cancelled").await;
+    let record = instance.task(id).await;
+    assert_eq!(record["status"], "cancelled");
+    let last = record["status_log"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["actor"], "dashboard:operator", "{last}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn an_intent_containing_html_is_shown_as_text_and_runs_nothing() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let intent = r#"<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>"#;
+    let title = r#"<b>bold</b><img src=x onerror=alert(1)>"#;
+    let task = instance
+        .create(json!({"intent": intent, "title": title, "delay_seconds": 3600}))
+        .await;
+    let id = task["id"].as_str().unwrap();
+    logged_in(&browser, &instance, "").await;
+    let rows = browser.wait_text("#task-rows", "<b>bold</b>").await;
+    assert!(rows.contains(title), "{rows}");
+    browser
+        .client
+        .goto(&instance.url(&format!("#/task/{id}")))
+        .await
+        .unwrap();
+    let shown = browser.wait_text("#task-intent", "onerror").await;
+    assert_eq!(shown, intent);
+    let page = browser
+        .client
+        .execute(
+            "return {images: document.querySelectorAll('main img, main script, main b').length,
+                     pwned: window.pwned === undefined ? null : window.pwned,
+                     title: document.getElementById('task-title').textContent}",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(page["images"], 0, "{page}");
+    assert_eq!(page["pwned"], Value::Null, "{page}");
+    assert!(page["title"].as_str().unwrap().starts_with(title), "{page}");
+    browser.close().await;
+}
+
+/// `tool → roles` from the dashboard's matrix table.
+async fn matrix_on_the_page(browser: &Browser) -> BTreeMap<String, Vec<String>> {
+    browser.find("#matrix tbody tr").await;
+    let rows = browser
+        .client
+        .execute(
+            "const roles = [...document.querySelectorAll('#matrix thead th')].map(th => th.textContent);
+             return [...document.querySelectorAll('#matrix tbody tr')].map(tr => {
+               const cells = [...tr.children];
+               return [cells[0].textContent,
+                       cells.map((c, i) => c.classList.contains('yes') ? roles[i] : null).filter(Boolean)];
+             });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value::<Vec<(String, Vec<String>)>>(rows)
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test]
+async fn the_role_tool_matrix_is_what_mai_agent_tools_prints() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 1000, false).await else {
+        return;
+    };
+    logged_in(&browser, &instance, "#/tools").await;
+    let shown = matrix_on_the_page(&browser).await;
+    browser.screenshot("tools").await;
+
+    let out = std::process::Command::new(common::binary())
+        .arg("--data-dir")
+        .arg(instance._dir.path())
+        .env_remove("MAI_AGENT_CONFIG")
+        .args(["tools", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let printed: BTreeMap<String, Vec<String>> = printed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let roles = t["roles"].as_array().unwrap();
+            let roles = roles.iter().map(|r| r.as_str().unwrap().to_owned());
+            (t["name"].as_str().unwrap().to_owned(), roles.collect())
+        })
+        .collect();
+    assert!(printed.len() > 5, "{printed:?}");
+    assert_eq!(shown, printed);
+    // Not every role sees every tool: the matrix has something to show.
+    assert!(printed.values().any(|roles| roles.len() < 3), "{printed:?}");
+
+    browser
+        .client
+        .goto(&instance.url("#/health"))
+        .await
+        .unwrap();
+    browser.wait_text("#instance", "Version").await;
+    browser.find("#charts figure").await;
+    browser.screenshot("health").await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(390, 844, true).await else {
+        return;
+    };
+    instance
+        .create(
+            json!({"intent": "remind everyone to stretch", "title": "stretch",
+                       "cron_expr": "0 10 * * 1-5", "level": "instant"}),
+        )
+        .await;
+    logged_in(&browser, &instance, "").await;
+    browser.wait_text("#task-rows", "stretch").await;
+    let theme = browser
+        .client
+        .execute(
+            "return matchMedia('(prefers-color-scheme: dark)').matches
+                    && document.documentElement.scrollWidth <= innerWidth",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        theme, true,
+        "dark theme and no sideways scrolling at 390 px"
+    );
+    browser.screenshot("phone-dark").await;
+
+    // From the skip link at the top, Tab walks the pages' links in order and Enter opens one.
+    browser
+        .client
+        .execute("document.querySelector('.skip').focus()", vec![])
+        .await
+        .unwrap();
+    let mut focused = Vec::new();
+    while !focused
+        .last()
+        .is_some_and(|t: &String| t.contains("Schedules"))
+    {
+        assert!(
+            focused.len() < 8,
+            "Tab never reached Schedules: {focused:?}"
+        );
+        let active = browser.client.active_element().await.unwrap();
+        active.send_keys(&Key::Tab.to_string()).await.unwrap();
+        let active = browser.client.active_element().await.unwrap();
+        focused.push(active.text().await.unwrap());
+    }
+    assert!(focused[0].contains("mai-agent"), "{focused:?}");
+    assert!(focused.iter().any(|t| t.contains("Waiting")), "{focused:?}");
+    let active = browser.client.active_element().await.unwrap();
+    active.send_keys(&Key::Enter.to_string()).await.unwrap();
+    browser.wait_text("#schedule-rows", "stretch").await;
+    let current = browser
+        .client
+        .find(Locator::Css("#nav a[aria-current=page]"))
+        .await
+        .unwrap();
+    assert_eq!(current.text().await.unwrap(), "Schedules");
+    browser.close().await;
+}

@@ -1,0 +1,77 @@
+// Health: the instance and the state of each part (store, model, channels, MaiBot bridge), and
+// small charts of the queue depth, running tasks, tasks finished per minute, model latency and
+// model error rate. Their history comes from `GET /v1/health/history`: samples the server takes
+// every 10 seconds and keeps in memory for an hour (it starts empty when `serve` starts); rates
+// are the differences between two samples. The page refreshes every 10 seconds while open.
+
+import { api, failed } from './api.js';
+import { h, put, when } from './dom.js';
+import { lineChart } from './charts.js';
+
+export function render(main) {
+  const parts = h('div', { class: 'cards' });
+  const charts = h('div', { class: 'charts', id: 'charts' });
+  const messages = h('div');
+  put(main, h('h1', {}, 'Health'), messages, parts, h('h2', {}, 'The last hour'),
+    h('p', { class: 'muted' }, 'Sampled by the server every 10 s and kept in memory for an hour (since this serve started).'),
+    charts);
+
+  async function load() {
+    try {
+      const [report, history] = await Promise.all([api('/v1/health', { ok: [503] }), api('/v1/health/history')]);
+      put(messages);
+      put(parts, instance(report), part('Store', report.store.ok, report.store.error),
+        part('Model', report.model.ok, report.model.error, report.model.last_call_at ? `last call ${when(report.model.last_call_at)}` : 'not called yet'),
+        Object.entries(report.channels || {}).map(([name, c]) => part(`Channel ${name}`, c.state === 'local' || c.connected, c.last_error, c.state)),
+        part('MaiBot bridge', report.bridge.state !== 'disconnected', null, report.bridge.state));
+      put(charts, buildCharts([...history.samples, history.now]));
+    } catch (error) {
+      failed(error, put(messages));
+    }
+  }
+
+  load();
+  const timer = setInterval(load, 10000);
+  return { dispose: () => clearInterval(timer) };
+}
+
+function instance(report) {
+  const i = report.instance;
+  return h('article', { class: 'card', id: 'instance' },
+    h('h2', {}, 'Instance ', h('span', { class: `status ${report.status === 'ok' ? 's-completed' : 's-failed'}` }, report.status)),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'Version'), h('dd', {}, i.version),
+      h('dt', {}, 'Process'), h('dd', {}, String(i.pid)),
+      h('dt', {}, 'Started'), h('dd', {}, when(i.started_at)),
+      h('dt', {}, 'Up'), h('dd', {}, `${Math.round(i.uptime_secs / 60)} min`)));
+}
+
+function part(name, ok, error, detail) {
+  const state = ok === null || ok === undefined ? 'unknown' : ok ? 'up' : 'down';
+  return h('article', { class: 'card part' },
+    h('h3', {}, name, ' ', h('span', { class: `status ${state === 'up' ? 's-completed' : state === 'down' ? 's-failed' : 's-pending'}` }, state)),
+    detail ? h('p', { class: 'muted' }, detail) : null,
+    error ? h('p', { class: 'text error' }, error) : null);
+}
+
+/** Charts from cumulative samples: gauges as they are, rates from consecutive differences. */
+function buildCharts(samples) {
+  const at = (s) => new Date(s.at);
+  const gauge = (state) => samples.map((s) => ({ t: at(s), v: s.active[state] ?? 0 }));
+  const rate = (pick) => samples.slice(1).map((s, i) => {
+    const minutes = (at(s) - at(samples[i])) / 60000;
+    return { t: at(s), v: minutes > 0 ? (pick(s) - pick(samples[i])) / minutes : null };
+  });
+  const perCall = (pick) => samples.slice(1).map((s, i) => {
+    const calls = s.model.calls - samples[i].model.calls;
+    return { t: at(s), v: calls > 0 ? pick(s, samples[i]) / calls : null };
+  });
+  return [
+    lineChart('Queue depth (pending)', gauge('pending'), (v) => `${v}`),
+    lineChart('Running', gauge('running'), (v) => `${v}`),
+    lineChart('Waiting for people', gauge('waiting_input'), (v) => `${v}`),
+    lineChart('Tasks finished per minute', rate((s) => s.finished), (v) => v.toFixed(1)),
+    lineChart('Model latency (mean)', perCall((s, p) => (s.model.seconds - p.model.seconds) * 1000), (v) => `${Math.round(v)} ms`),
+    lineChart('Model error rate', perCall((s, p) => s.model.errors - p.model.errors), (v) => `${Math.round(v * 100)} %`),
+  ];
+}

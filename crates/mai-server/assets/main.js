@@ -1,0 +1,136 @@
+// The dashboard's shell: login (when the server has an auth token), the page router (the part
+// of the URL after `#`), the navigation, and one live event stream shared by every page. Each
+// page module exports `render(main, context)` and returns `{ onEvent(name, data), dispose() }`.
+
+import { api, follow, token, AuthError } from './api.js';
+import { h, put, notice } from './dom.js';
+import * as tasks from './tasks.js';
+import * as detail from './detail.js';
+import * as waiting from './waiting.js';
+import * as schedules from './schedules.js';
+import * as tools from './tools.js';
+import * as health from './health.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const live = document.getElementById('live');
+const logout = document.getElementById('logout');
+const waitingCount = document.getElementById('waiting-count');
+
+let page = null;
+let stream = null;
+
+const PAGES = [
+  [/^#?\/?(tasks)?$/, (m) => tasks.render(main, m), 'tasks', 'Tasks'],
+  [/^#\/task\/([0-9a-fA-F-]+)$/, (m) => detail.render(main, m[1]), 'tasks', 'Task'],
+  [/^#\/waiting$/, () => waiting.render(main), 'waiting', 'Waiting for people'],
+  [/^#\/schedules$/, () => schedules.render(main), 'schedules', 'Schedules'],
+  [/^#\/tools$/, () => tools.render(main), 'tools', 'Tools and roles'],
+  [/^#\/health$/, () => health.render(main), 'health', 'Health'],
+];
+
+function route() {
+  if (page) page.dispose?.();
+  page = null;
+  const hash = location.hash || '#/tasks';
+  for (const [pattern, show, name, title] of PAGES) {
+    const match = hash.match(pattern);
+    if (!match) continue;
+    for (const link of nav.querySelectorAll('a')) {
+      if (link.dataset.page === name) link.setAttribute('aria-current', 'page');
+      else link.removeAttribute('aria-current');
+    }
+    document.title = `${title} · mai-agent`;
+    page = show(match);
+    main.focus({ preventScroll: true });
+    return;
+  }
+  put(main, h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/tasks' }, 'Back to the tasks')));
+}
+
+async function refreshWaitingCount() {
+  try {
+    const list = await api('/v1/tasks?status=waiting_input&limit=500');
+    const n = list.tasks.length;
+    waitingCount.hidden = n === 0;
+    waitingCount.textContent = String(n);
+  } catch {
+    // the page itself reports failures
+  }
+}
+
+function startEvents() {
+  stream?.abort();
+  stream = new AbortController();
+  const setState = (state) => {
+    live.textContent = state === 'live' ? '● live' : state === 'lagged' ? '● resyncing' : '○ reconnecting…';
+    live.dataset.state = state;
+  };
+  follow((name, data) => {
+    if (name === 'lagged') {
+      route();
+      return;
+    }
+    if (name === 'status' || name === 'created') refreshWaitingCount();
+    page?.onEvent?.(name, data);
+  }, setState, stream.signal).catch((error) => {
+    if (error instanceof AuthError) showLogin('The token was refused; type it again.');
+  });
+}
+
+function showLogin(message) {
+  stream?.abort();
+  page?.dispose?.();
+  page = null;
+  nav.hidden = true;
+  logout.hidden = true;
+  live.textContent = '';
+  const input = h('input', { id: 'token', name: 'token', type: 'password', autocomplete: 'current-password', required: true });
+  const status = h('div');
+  const form = h('form', { class: 'card login', onsubmit: async (event) => {
+    event.preventDefault();
+    token.set(input.value.trim());
+    put(status);
+    if (await signedIn()) start();
+    else put(status, notice('That token was refused ([server] auth_token).', 'error'));
+  } },
+  h('h1', {}, 'Log in'),
+  h('p', {}, 'This mai-agent has an auth token ([server] auth_token). Type it to continue; it is kept for this browser tab only.'),
+  h('label', { for: 'token' }, 'Token'), input,
+  h('button', { type: 'submit', id: 'login' }, 'Log in'),
+  status);
+  if (message) status.append(notice(message, 'error'));
+  put(main, form);
+  input.focus();
+}
+
+async function signedIn() {
+  try {
+    await api('/v1/tasks?limit=1');
+    return true;
+  } catch (error) {
+    if (error instanceof AuthError) return false;
+    throw error;
+  }
+}
+
+function start() {
+  nav.hidden = false;
+  logout.hidden = token.get() === '';
+  startEvents();
+  refreshWaitingCount();
+  route();
+}
+
+window.addEventListener('mai-auth-refused', () => showLogin('The token was refused; type it again.'));
+logout.addEventListener('click', () => {
+  token.clear();
+  showLogin();
+});
+window.addEventListener('hashchange', () => {
+  if (!nav.hidden) route();
+});
+
+signedIn().then((ok) => (ok ? start() : showLogin()), (error) => {
+  put(main, notice(`Cannot reach the API: ${error.message || error}`, 'error'));
+});

@@ -1,0 +1,117 @@
+//! The recent history behind the dashboard's health charts (`GET /v1/health/history`): every
+//! [`INTERVAL`] a sample of the active tasks per state (the queue is `pending`), the tasks
+//! finished so far, and the model calls so far (count, failures, total latency, from
+//! [`crate::health::Health`]); the last [`KEEP`] samples (one hour) are kept in memory.
+//!
+//! Samples are cumulative figures; rates (tasks per minute, error rate, mean latency) are the
+//! differences between two samples, which the page computes. The history starts when `serve`
+//! starts and is lost when it stops — it is not stored. Must not: reach the store directly (it
+//! reads through the engine's facade) or keep more than [`KEEP`] samples.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use mai_core::store::TaskFilter;
+use mai_engine::{Caller, Engine, EngineError, TaskEvent};
+
+use crate::health::{Health, ModelTotals};
+use crate::metrics::ACTIVE_STATES;
+
+/// How often a sample is taken.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+/// How many samples are kept: one hour.
+pub const KEEP: usize = 360;
+
+/// One sample: figures at `at`, cumulative since start where they count something.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub at: DateTime<Utc>,
+    /// Active tasks per state (`scheduled`, `pending`, `running`, `waiting_input`, `paused`).
+    pub active: BTreeMap<&'static str, u64>,
+    /// Tasks that reached a terminal state since start.
+    pub finished: u64,
+    pub model: ModelTotals,
+}
+
+/// The sampled history; cheap to clone, all clones share it.
+#[derive(Clone, Default)]
+pub struct Trend {
+    samples: Arc<Mutex<VecDeque<Sample>>>,
+    finished: Arc<Mutex<u64>>,
+}
+
+impl Trend {
+    /// Starts sampling `engine` and `health` every [`INTERVAL`] until `shutdown` (when a tokio
+    /// runtime is running; otherwise the history stays empty and only [`Trend::now`] answers).
+    pub fn start(engine: Arc<Engine>, health: Health, shutdown: CancellationToken) -> Trend {
+        let trend = Trend::default();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(trend.clone().run(engine, health, shutdown));
+        }
+        trend
+    }
+
+    async fn run(self, engine: Arc<Engine>, health: Health, shutdown: CancellationToken) {
+        let mut events = engine.subscribe();
+        let mut tick = tokio::time::interval(INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => match self.now(&engine, &health).await {
+                    Ok(sample) => {
+                        let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
+                        if samples.len() == KEEP {
+                            samples.pop_front();
+                        }
+                        samples.push_back(sample);
+                    }
+                    Err(error) => tracing::warn!(%error, "could not sample the health history"),
+                },
+                event = events.recv() => match event {
+                    Ok(TaskEvent::Status { status, .. }) if status.is_terminal() => {
+                        *self.finished.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+                    }
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    /// A sample taken now (not kept).
+    pub async fn now(&self, engine: &Engine, health: &Health) -> Result<Sample, EngineError> {
+        let reader = Caller::admin_reader("health-history")
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let filter = TaskFilter {
+            statuses: ACTIVE_STATES.to_vec(),
+            ..TaskFilter::default()
+        };
+        let tasks = engine.list(&reader, filter).await?;
+        let active = ACTIVE_STATES
+            .iter()
+            .map(|state| {
+                let count = tasks.iter().filter(|t| t.status == *state).count();
+                (state.as_str(), count as u64)
+            })
+            .collect();
+        Ok(Sample {
+            at: Utc::now(),
+            active,
+            finished: *self.finished.lock().unwrap_or_else(PoisonError::into_inner),
+            model: health.model_totals(),
+        })
+    }
+
+    /// The kept samples, oldest first.
+    pub fn samples(&self) -> Vec<Sample> {
+        let samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
+        samples.iter().cloned().collect()
+    }
+}
