@@ -130,6 +130,40 @@ impl EmbeddedHost {
         }
     }
 
+    /// How many rows each host table holds (`storage migrate` checks a target is empty and a
+    /// copy is whole with it).
+    pub async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, HostError> {
+        self.read("count the host tables", crate::copy::counts)
+            .await
+    }
+
+    /// Copies every host row of `self` (read in one transaction) into `target`, which must hold
+    /// none, keeping ids; then checks that both sides hold the same counts.
+    pub async fn copy_into(
+        &self,
+        target: &EmbeddedHost,
+    ) -> Result<Vec<(&'static str, u64)>, HostError> {
+        const ACTION: &str = "copy the host tables";
+        if target.row_counts().await?.iter().any(|(_, n)| *n > 0) {
+            return Err(HostError::new(
+                ACTION,
+                "the target already holds chat data: give an empty database",
+            ));
+        }
+        let tables = self.read(ACTION, crate::copy::read_all).await?;
+        target
+            .write(ACTION, move |conn| crate::copy::write_all(conn, tables))
+            .await?;
+        let (source, copied) = (self.row_counts().await?, target.row_counts().await?);
+        if source != copied {
+            return Err(HostError::new(
+                ACTION,
+                format!("the counts differ after the copy: {source:?} read, {copied:?} written"),
+            ));
+        }
+        Ok(copied)
+    }
+
     /// Registers (or replaces) the outbound sender of `platform`.
     pub fn register_channel(&self, platform: &str, sender: Arc<dyn ChannelSender>) {
         self.channels.register(platform, sender);

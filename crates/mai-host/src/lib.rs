@@ -12,6 +12,7 @@
 //! task store's PostgreSQL database.
 
 mod channels;
+mod copy;
 mod embedded;
 mod error;
 mod grams;

@@ -169,6 +169,12 @@ impl ToValue for bool {
     }
 }
 
+impl ToValue for Value {
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+}
+
 impl ToValue for Vec<String> {
     fn to_value(&self) -> Value {
         Value::TextArray(self.clone())
@@ -355,6 +361,11 @@ impl Query {
             .into_iter()
             .map(|(value,)| value)
             .collect())
+    }
+
+    /// Runs a query for its effect, ignoring the rows it returns.
+    pub(crate) fn rows_only(&self, conn: &Connection) -> Result<(), SqlError> {
+        conn.rows(&self.sql, &self.values).map(drop)
     }
 
     /// Runs a statement that returns no rows; the number of rows it changed.

@@ -8,6 +8,7 @@
 //! mapping of records to rows is the codec both backends share. Must not: know task semantics,
 //! or anything of the engine above the [`TaskStore`] seam.
 
+mod copy;
 mod migrate;
 mod read;
 mod write;
@@ -30,6 +31,7 @@ use crate::migrate::{MigrateError, Migration, Migrations};
 use crate::read::CountKeys;
 use write::{Failure, Rows};
 
+pub use copy::TaskRows;
 pub use migrate::{apply as apply_migrations, recorded_version};
 
 /// The task tables' PostgreSQL scripts (their own version line: version 1 has the columns of
