@@ -2,7 +2,8 @@
 //! cluster (`testing/postgres.rs`): a task created through the HTTP API runs against the fake
 //! model and completes, and its record, status log and history are in PostgreSQL, with the
 //! chat's messages — no SQLite file is made in the data directory. `backup` refuses, pointing
-//! to `pg_dump`.
+//! to `pg_dump`. A second engine on the same database refuses; `storage migrate` moves a SQLite
+//! store into an empty PostgreSQL database and refuses a filled one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -40,6 +41,20 @@ async fn serve_on_postgres_runs_a_task_from_the_api_to_completion_and_keeps_it_t
     }
     let task = task_record(&client, &served.base, &id).await;
     assert_eq!(task["status"], "completed", "{task}");
+
+    // A second engine on the same database — from another data directory, as from another
+    // machine — refuses: several instances are not supported yet.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let second = serve_command(elsewhere.path(), &model, Some(&config))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another mai-agent engine (serve, run or mcp) already runs"),
+        "{stderr}"
+    );
     assert!(served.terminate().success());
 
     let name = PgCluster::database_name(&url);

@@ -33,7 +33,7 @@ pub use backup::{BackupError, backup};
 pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
 pub use migrate::{MigrateError, Migration, Migrations};
 pub use postgres::{
-    PgOptions, PgStore, TaskRows, apply_migrations as migrate_postgres, connect_pool,
+    EngineClaim, PgOptions, PgStore, TaskRows, apply_migrations as migrate_postgres, connect_pool,
     recorded_version as postgres_schema_version,
 };
 pub use read::AMBIGUOUS_LIMIT;

@@ -15,7 +15,7 @@ use mai_core::store::{
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 
 use crate::database::{Database, SqliteOptions};
-use crate::postgres::{PgOptions, PgStore};
+use crate::postgres::{EngineClaim, PgOptions, PgStore};
 use crate::sqlite::SqliteStore;
 
 /// Where the databases are.
@@ -113,6 +113,16 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.prune_finished(before).await,
             Store::Postgres(store) => store.prune_finished(before).await,
+        }
+    }
+
+    /// Takes what lets one engine run on this database: nothing on SQLite (the data
+    /// directory's lock already does it), the engine lock on PostgreSQL; refused while another
+    /// engine holds it. Keep the claim for as long as the engine runs.
+    pub async fn claim_engine(&self) -> Result<Option<EngineClaim>, StoreError> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(store) => store.claim_engine().await.map(Some),
         }
     }
 
