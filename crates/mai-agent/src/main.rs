@@ -7,6 +7,7 @@ mod cmd_config;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
+mod cmd_storage;
 mod cmd_task;
 mod cmd_tools;
 mod cmd_usage;
@@ -104,6 +105,12 @@ enum Command {
     Backup {
         /// Where the copy goes; must not exist yet.
         file: PathBuf,
+    },
+    /// Storage helpers: `storage migrate --to postgres://…` copies the SQLite store into an
+    /// empty PostgreSQL database (docs/scale-out.md).
+    Storage {
+        #[command(subcommand)]
+        command: cmd_storage::StorageCommand,
     },
     /// Configuration helpers.
     Config {
@@ -225,6 +232,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Backup { file } => {
             cmd_backup::run(&settings, &file).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Storage { command } => {
+            cmd_storage::run(&settings, &command).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),
