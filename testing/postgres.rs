@@ -61,6 +61,21 @@ fn server_bin() -> Result<PathBuf, String> {
     .clone()
 }
 
+/// Whether PostgreSQL's server programs are here (after a SKIP line, or a failure under
+/// `CI=true`, when they are not).
+pub fn installed() -> bool {
+    match server_bin() {
+        Ok(_) => true,
+        Err(problem) => {
+            peers::peer_missing(
+                &format!("PostgreSQL is not installed ({problem})"),
+                "bash testing/postgres/setup.sh",
+            );
+            false
+        }
+    }
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -100,16 +115,10 @@ impl PgCluster {
     /// A new cluster, running, with the role [`OWNER`]; `None` (after a SKIP line) when
     /// PostgreSQL is not installed and cannot be — under `CI=true` that fails the test.
     pub fn start() -> Option<PgCluster> {
-        let bin = match server_bin() {
-            Ok(bin) => bin,
-            Err(problem) => {
-                peers::peer_missing(
-                    &format!("PostgreSQL is not installed ({problem})"),
-                    "bash testing/postgres/setup.sh",
-                );
-                return None;
-            }
-        };
+        if !installed() {
+            return None;
+        }
+        let bin = server_bin().ok()?;
         let dir = tempfile::Builder::new()
             .prefix("mai-pg-")
             .tempdir()

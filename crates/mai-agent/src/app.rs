@@ -45,7 +45,7 @@ pub struct App {
 
 /// Builds the engine (not started) over the database `[storage]` names: by default one SQLite
 /// file in the data directory for the tasks and the embedded host's tables; with a PostgreSQL
-/// URL the tasks live there (the host's tables stay in the data directory's file).
+/// URL, both in that database.
 pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
     build_with(settings, model, None, false).await
 }
@@ -67,8 +67,9 @@ async fn build_with(
     serving: bool,
 ) -> Result<App> {
     crate::data_dir::prepare(&settings.data_dir)?;
-    let path = settings.database_path();
-    crate::data_dir::private_database(&path)?;
+    if settings.postgres_url().is_none() {
+        crate::data_dir::private_database(&settings.database_path())?;
+    }
     // Opened once: on SQLite the host's tables live next to the tasks, read through the same
     // readers and written through the same writer, in one queue with the store's writes.
     let location = settings.storage_location();
@@ -77,9 +78,9 @@ async fn build_with(
         .with_context(|| format!("cannot open the task database ({})", location.describe()))?;
     let store = storage.store;
     let host = Arc::new(
-        EmbeddedHost::with_database(storage.host_database, EmbeddedConfig::default())
+        EmbeddedHost::on(storage.host, EmbeddedConfig::default())
             .await
-            .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
+            .with_context(|| format!("cannot open the chat tables in {}", location.describe()))?,
     );
     crate::console::connect(&host);
     let config = Arc::new(LiveConfig::new(settings.config.clone())?);

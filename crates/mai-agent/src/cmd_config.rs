@@ -84,10 +84,7 @@ async fn check(config: Option<&Path>, data_dir: Option<&Path>, probe: bool) -> R
     }
     println!("  data:     {}", settings.data_dir.display());
     match settings.postgres_url() {
-        Some(_) => {
-            println!("  database: PostgreSQL ([storage] url)");
-            println!("  chats:    {}", settings.database_path().display());
-        }
+        Some(_) => println!("  database: PostgreSQL ([storage] url)"),
         None => println!("  database: {}", settings.database_path().display()),
     }
     println!("  model:    {}", preflight::describe_model(llm));

@@ -10,7 +10,7 @@ use mai_core::role::Role;
 use mai_core::store::{HistoryEntry, TaskFilter};
 use mai_core::task::{StatusChange, TaskRecord, TaskStatus};
 use mai_engine::Engine;
-use mai_engine::{Caller, Door};
+use mai_engine::{Caller, Door, usage_json, usage_line};
 
 use crate::console::{CONSOLE_PLATFORM, CONSOLE_USER};
 use crate::remote::{self, Target};
@@ -61,7 +61,8 @@ pub enum TaskCommand {
     },
 }
 
-fn operator() -> Result<Caller> {
+/// The machine's admin at the terminal (the local store's reader).
+pub(crate) fn operator() -> Result<Caller> {
     Ok(Caller {
         door: Door::Local,
         ..Caller::person(
@@ -99,18 +100,26 @@ pub async fn run(
         }
         TaskCommand::Status { task } => {
             let task = engine.resolve(&caller, &task).await?;
+            let usage = engine.task_usage(task.id).await?;
             if as_json {
-                println!("{}", serde_json::to_string(&task)?);
+                let mut value = serde_json::to_value(&task)?;
+                value["usage"] = usage_json(&usage, &engine.currency());
+                println!("{value}");
             } else {
                 print_task(&task);
+                println!("  usage    {}", usage_line(&usage, &engine.currency()));
             }
         }
         TaskCommand::History { task } => {
             let history = engine.history(&caller, &task).await?;
+            let usage = engine.task_usage(history.task.id).await?;
             if as_json {
-                println!("{}", serde_json::to_string(&history)?);
+                let mut value = serde_json::to_value(&history)?;
+                value["usage"] = usage_json(&usage, &engine.currency());
+                println!("{value}");
             } else {
                 print_task(&history.task);
+                println!("  usage    {}", usage_line(&usage, &engine.currency()));
                 print_timeline(&history.status_log, &history.entries);
             }
         }

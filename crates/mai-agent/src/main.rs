@@ -7,8 +7,10 @@ mod cmd_config;
 mod cmd_mcp;
 mod cmd_run;
 mod cmd_serve;
+mod cmd_storage;
 mod cmd_task;
 mod cmd_tools;
+mod cmd_usage;
 mod console;
 mod data_dir;
 mod instance;
@@ -92,6 +94,9 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// What the model calls cost: tokens, calls and cost from the local store (no `serve`
+    /// needed), optionally grouped; a table, or `--json` with a `total` object.
+    Usage(cmd_usage::UsageArgs),
     /// Serve the planner tools over MCP on stdin/stdout (for an MCP host that starts mai-agent);
     /// runs the engine until the host closes stdin. Logs go to stderr.
     Mcp,
@@ -100,6 +105,12 @@ enum Command {
     Backup {
         /// Where the copy goes; must not exist yet.
         file: PathBuf,
+    },
+    /// Storage helpers: `storage migrate --to postgres://…` copies the SQLite store into an
+    /// empty PostgreSQL database (docs/scale-out.md).
+    Storage {
+        #[command(subcommand)]
+        command: cmd_storage::StorageCommand,
     },
     /// Configuration helpers.
     Config {
@@ -210,12 +221,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cmd_task::run(app.engine, &settings, command, json).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Usage(args) => {
+            let app = app::build(&settings, ModelChoice::Configured).await?;
+            cmd_usage::run(&app.engine, args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Mcp => {
             cmd_mcp::run(&settings).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Backup { file } => {
             cmd_backup::run(&settings, &file).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Storage { command } => {
+            cmd_storage::run(&settings, &command).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { .. } => Ok(ExitCode::SUCCESS),

@@ -45,8 +45,7 @@ impl Settings {
     /// checked when the config was loaded; a relative one is inside the data directory, not the
     /// working directory, which is `/` under a service manager), else `mai-agent.db` in the data
     /// directory.
-    /// With a PostgreSQL `[storage] url` this is the file the embedded host's chat tables are
-    /// kept in (`mai-agent.db` in the data directory).
+    /// With a PostgreSQL `[storage] url` this file is not used.
     pub fn database_path(&self) -> PathBuf {
         match mai_core::config::storage_target(self.config.storage.url.as_deref()) {
             Ok(mai_core::config::StorageTarget::Sqlite(path)) => self.data_dir.join(path),
@@ -76,8 +75,6 @@ impl Settings {
             Some(url) => mai_store::Location::Postgres {
                 url,
                 options: mai_store::PgOptions::default(),
-                chats: self.database_path(),
-                chat_options: sqlite,
             },
             None => mai_store::Location::Sqlite {
                 path: self.database_path(),

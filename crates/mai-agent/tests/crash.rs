@@ -12,10 +12,13 @@
 //!   checkpointed in the task's history: a checkpointed call never runs again.
 //!
 //! `MAI_CRASH_TASKS` (80) and `MAI_CRASH_KILLS` (5) size the run; `MAI_CRASH_SEED` replays one.
+//! The suite runs twice: on the SQLite default and on a throwaway PostgreSQL database.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../../../testing/postgres.rs"]
+mod pg_cluster;
 #[path = "../../../testing/sse.rs"]
 mod sse;
 
@@ -294,6 +297,23 @@ async fn get(client: &reqwest::Client, url: String) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_checkpoints() {
+    crash_suite("").await;
+}
+
+/// The same suite with the tasks and the chat tables in a throwaway PostgreSQL database: what
+/// is checkpointed there survives a SIGKILL of the engine as it does in the SQLite file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_checkpoints()
+ {
+    let Some(cluster) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    crash_suite(&format!("[storage]\nurl = \"{}\"\n", cluster.database())).await;
+}
+
+/// Runs the suite with `storage` (a `[storage]` section, or nothing for the SQLite default)
+/// added to the server's config.
+async fn crash_suite(storage: &str) {
     let total = env_usize("MAI_CRASH_TASKS", 80);
     let kills = env_usize("MAI_CRASH_KILLS", 5);
     let seed = std::env::var("MAI_CRASH_SEED")
@@ -329,7 +349,9 @@ async fn tasks_survive_random_sigkills_without_loss_double_delivery_or_rerun_che
         "[shell]\nenabled = true\n[task]\nmax_concurrent_tasks = 8\n\
          [permission]\nadmins = [\"console:local\"]\n[send]\nretry_base_ms = 10\n\
          [limits]\nmax_active_per_requester = 100000\nmax_active_per_stream = 100000\n\
-         max_cron_per_requester = 100000\nmax_cron_per_stream = 100000\n",
+         max_cron_per_requester = 100000\nmax_cron_per_stream = 100000\n"
+            .to_owned()
+            + storage,
     )
     .unwrap();
     let client = reqwest::Client::new();

@@ -1,8 +1,9 @@
 //! `mai-agent serve` on PostgreSQL (`[storage] url = "postgres://…"`), against a throwaway
 //! cluster (`testing/postgres.rs`): a task created through the HTTP API runs against the fake
-//! model and completes, and its record, status log and history are in PostgreSQL — not in the
-//! data directory's SQLite file, which keeps only the chat tables. `backup` refuses, pointing to
-//! `pg_dump`.
+//! model and completes, and its record, status log and history are in PostgreSQL, with the
+//! chat's messages — no SQLite file is made in the data directory. `backup` refuses, pointing
+//! to `pg_dump`. A second engine on the same database refuses; `storage migrate` moves a SQLite
+//! store into an empty PostgreSQL database and refuses a filled one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -40,6 +41,20 @@ async fn serve_on_postgres_runs_a_task_from_the_api_to_completion_and_keeps_it_t
     }
     let task = task_record(&client, &served.base, &id).await;
     assert_eq!(task["status"], "completed", "{task}");
+
+    // A second engine on the same database — from another data directory, as from another
+    // machine — refuses: several instances are not supported yet.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let second = serve_command(elsewhere.path(), &model, Some(&config))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another mai-agent engine (serve, run or mcp) already runs"),
+        "{stderr}"
+    );
     assert!(served.terminate().success());
 
     let name = PgCluster::database_name(&url);
@@ -56,11 +71,14 @@ async fn serve_on_postgres_runs_a_task_from_the_api_to_completion_and_keeps_it_t
         stored, "completed|3|t",
         "pending → running → completed, with history"
     );
-    let chats = rusqlite_tables(&data.path().join("mai-agent.db"));
-    assert!(chats.iter().any(|t| t == "host_messages"), "{chats:?}");
+    let said = cluster.psql_as_superuser(
+        name,
+        "SELECT string_agg(text, ' | ' ORDER BY message_id) FROM host_messages",
+    );
+    assert_eq!(said, "hi | done on postgres", "the chat, both sides");
     assert!(
-        !chats.iter().any(|t| t == "tasks"),
-        "no task table in the file: {chats:?}"
+        !data.path().join("mai-agent.db").exists(),
+        "no SQLite file beside a PostgreSQL store"
     );
 
     // Read back by a command that is not serve, from the same database.
@@ -85,16 +103,97 @@ async fn serve_on_postgres_runs_a_task_from_the_api_to_completion_and_keeps_it_t
     assert!(stderr.contains("pg_dump"), "{stderr}");
 }
 
-/// The tables of a SQLite file, read with the sqlite3 schema table through the binary's own
-/// dependency (no sqlite3 program needed).
-fn rusqlite_tables(path: &std::path::Path) -> Vec<String> {
+/// Rows of `table` in the SQLite file at `path`.
+fn sqlite_count(path: &std::path::Path, table: &str) -> String {
     let connection = mai_store::rusqlite::Connection::open(path).unwrap();
-    let mut select = connection
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+    let count: i64 = connection
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
         .unwrap();
-    select
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<Vec<String>, _>>()
-        .unwrap()
+    count.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_migrate_moves_a_sqlite_store_into_an_empty_postgres_and_refuses_a_filled_one() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.database();
+    let (model, _) = fake_model(|_, _| answer("done on sqlite")).await;
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut served = Served::start(serve_command(data.path(), &model, None));
+    let said = client
+        .post(format!("{}/v1/messages", served.base))
+        .json(&serde_json::json!({"platform": "console", "user_id": "local", "text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(said.status().is_success(), "{}", said.text().await.unwrap());
+    let id = create_console_task(&client, &served.base, "say done").await;
+    let answered = |l: &str| l.contains("mai> done on sqlite");
+    if !served.log.lock().unwrap().iter().any(|l| answered(l)) {
+        served.wait_line("the answer in the console chat", answered);
+    }
+    assert!(served.terminate().success());
+
+    let moved = mai(data.path(), &model)
+        .args(["storage", "migrate", "--to", &url])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&moved.stdout);
+    assert!(
+        moved.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    assert!(
+        stdout.contains("the counts match on both sides"),
+        "{stdout}"
+    );
+    let file = data.path().join("mai-agent.db");
+    let name = PgCluster::database_name(&url);
+    for table in [
+        "tasks",
+        "task_status_log",
+        "task_history",
+        "host_streams",
+        "host_messages",
+        "host_accounts",
+        "host_members",
+    ] {
+        assert_eq!(
+            cluster.psql_as_superuser(name, &format!("SELECT count(*) FROM {table}")),
+            sqlite_count(&file, table),
+            "{table}"
+        );
+    }
+
+    // The copy is a working store: read back through PostgreSQL, searchable, and the ids of the
+    // copied rows are not handed out again.
+    let config = data.path().join("postgres.toml");
+    std::fs::write(&config, format!("[storage]\nurl = \"{url}\"\n")).unwrap();
+    let output = mai(data.path(), &model)
+        .arg("--config")
+        .arg(&config)
+        .args(["task", "status", &id, "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["status"], "completed", "{status}");
+    let found = cluster.psql_as_superuser(
+        name,
+        "SELECT text FROM host_messages WHERE grams @> ARRAY['don', 'one'] ORDER BY message_id",
+    );
+    assert_eq!(found, "done on sqlite");
+
+    let again = mai(data.path(), &model)
+        .args(["storage", "migrate", "--to", &url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success());
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(stderr.contains("nothing was copied"), "{stderr}");
 }

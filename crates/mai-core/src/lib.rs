@@ -15,3 +15,4 @@ pub mod store;
 pub mod task;
 pub mod time_zone;
 pub mod tool;
+pub mod usage;

@@ -309,6 +309,10 @@ pub struct Usage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, how many the provider served from its prompt cache (0 when it does
+    /// not say).
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 /// One completion.
@@ -579,6 +583,7 @@ mod tests {
                 prompt_tokens: 1,
                 completion_tokens: 2,
                 total_tokens: 3,
+                cached_tokens: 0,
             }),
             ..ChatResponse::tool_calls("", vec![ToolCall::new("a", "b", json!({"x": 1}))])
         };

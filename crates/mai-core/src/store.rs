@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{Owner, PersonId, StreamId};
 use crate::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
+use crate::usage::{UsageQuery, UsageRecord, UsageTotals};
 
 /// What one agent-history entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +71,9 @@ pub enum TaskWrite<'a> {
         expected_question: Option<&'a str>,
         history: &'a [NewHistoryEntry],
     },
+    /// Usage records of model calls (appended; a store keeps them when it prunes tasks). They
+    /// ride on a task's checkpoint write, so recording them costs no write of its own.
+    Usage(&'a [UsageRecord]),
 }
 
 /// Which tasks to list. Empty fields do not filter.
@@ -98,6 +102,9 @@ pub struct CountQuery<'a> {
     /// Count the recurring tasks too (false: counted as 0). Only a recurring task's creation
     /// needs them, and they cost a look into every unfinished task's record.
     pub recurring: bool,
+    /// Count the tasks created at or after this time (the daily task budgets), reply tasks
+    /// excepted (none: counted as 0).
+    pub created_since: Option<DateTime<Utc>>,
 }
 
 /// The figures of a [`CountQuery`]. "Unfinished" is every status but completed, failed and
@@ -109,6 +116,10 @@ pub struct TaskCounts {
     pub recurring_by_requester: u64,
     pub recurring_in_stream: u64,
     pub children: u64,
+    /// Tasks acting for the requester created since `created_since`.
+    pub created_by_requester_since: u64,
+    /// Tasks of the stream created since `created_since`.
+    pub created_in_stream_since: u64,
 }
 
 /// Decides from the counts of a [`CountQuery`] whether a new task may be created:
@@ -196,6 +207,24 @@ pub trait TaskStore: Send + Sync + 'static {
         history: &[NewHistoryEntry],
     ) -> Result<SaveOutcome, StoreError>;
 
+    /// [`TaskStore::checkpoint`] plus appending usage records. A store with one writer does both
+    /// in one transaction ([`TaskWrite::Usage`] beside the save), so recording a round's usage
+    /// costs no write of its own; the default checkpoints, then appends the records if the
+    /// checkpoint was saved.
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        let outcome = self.checkpoint(task, expected, history).await?;
+        if outcome == SaveOutcome::Saved {
+            self.record_usage(usage).await?;
+        }
+        Ok(outcome)
+    }
+
     /// Several writes in one transaction: all happen or none. The outcome is `Saved`, or the
     /// `Conflict` of the first save whose expectation (status, question) did not hold.
     async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError>;
@@ -228,6 +257,18 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// The figures the caps on task creation need.
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError>;
+
+    /// Appends usage records on their own (most ride on a checkpoint: [`TaskWrite::Usage`]).
+    async fn record_usage(&self, records: &[UsageRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.write(&[TaskWrite::Usage(records)]).await.map(drop)
+    }
+
+    /// The sums of the usage records `query` selects: one per group, ordered by key, or one
+    /// over everything (always one, zero when nothing matched) when it groups by nothing.
+    async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageTotals>, StoreError>;
 
     /// Every task in an active status, oldest first (for recovery).
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError>;

@@ -188,6 +188,9 @@ pub enum PauseCause {
     User,
     /// Paused by a graceful stop: re-queued on the next start.
     Stop,
+    /// Paused because its requester or stream used up a daily budget of `[limits.budgets]`:
+    /// resumed when the budget resets (`budget_resets_at`) or when `[limits]` is reloaded.
+    Budget,
 }
 
 /// The question a `waiting_input` task asked, and the tool call the answer will complete.
@@ -265,6 +268,14 @@ pub struct TaskMetadata {
     /// sub-task, so it counts against no limit).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub is_reply: bool,
+    /// Set while paused by a budget: when that budget resets and the task resumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_resets_at: Option<DateTime<Utc>>,
+    /// The loop guard's counts for this run: how many times each tool was called with the same
+    /// arguments (keyed by tool name and a digest of the canonical JSON of its arguments).
+    /// Saved with every checkpoint, so they survive recovery; each cron fire starts afresh.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub repeats: std::collections::BTreeMap<String, u32>,
     /// Who recorded the answer a waiting task resumes with, when a door named one (`mai-agent
     /// task ask`, the dashboard, `/maitask ask`): the status-log line of the resume names them
     /// instead of the scheduler. Cleared when that run starts.

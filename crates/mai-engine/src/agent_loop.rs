@@ -28,9 +28,12 @@ use crate::deps::Deps;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::events::TaskEvent;
+use crate::loop_guard::{self, Verdict};
 use crate::prompts::{PromptName, Prompts};
 use crate::run::{RunControl, RunEnd, StopReason};
 use crate::truncate::head_tail;
+use crate::usage::{Served, record_of};
+use mai_core::usage::UsagePurpose;
 
 /// The tool the loop answers itself: it suspends the task on a question.
 pub(crate) const ASK_USER: &str = "ask_user";
@@ -152,8 +155,13 @@ pub(crate) enum Sink<'a> {
         engine: &'a Engine,
         task: &'a mut TaskRecord,
     },
-    /// A sub-agent: nothing is kept, and the calls of one round run concurrently.
-    Discard { rounds: u32, max_rounds: u32 },
+    /// A sub-agent: nothing is kept, and the calls of one round run concurrently. `repeats`:
+    /// its loop guard's counts.
+    Discard {
+        rounds: u32,
+        max_rounds: u32,
+        repeats: std::collections::BTreeMap<String, u32>,
+    },
 }
 
 /// How a loop ended.
@@ -165,6 +173,9 @@ pub(crate) enum LoopEnd {
     Failed(String),
     /// A sub-agent ran out of rounds; the last text the model wrote.
     OutOfRounds(String),
+    /// A task's requester or stream used up a daily budget (checked at each round boundary,
+    /// after the checkpoint).
+    OverBudget(crate::admission::BudgetHit),
 }
 
 /// What running one round's calls left.
@@ -272,6 +283,14 @@ impl AgentLoop<'_> {
                 &mut self.last_text,
             ))));
         }
+        if let Sink::Store { engine, task } = &self.sink
+            && let Err(hit) = crate::admission::check_spending(engine, task).await?
+        {
+            if checkpoint_due {
+                self.save_unsaved(conversation).await?;
+            }
+            return Ok(Some(LoopEnd::OverBudget(hit)));
+        }
         let (store, entries) = match &mut self.sink {
             Sink::Store { engine, task } if checkpoint_due => {
                 let entries = engine.take_unsaved(task, conversation)?;
@@ -334,8 +353,24 @@ impl AgentLoop<'_> {
             Sink::Store { engine, task } => {
                 engine.run_calls(task, conversation, calls, self.ctx).await
             }
-            Sink::Discard { .. } => {
-                run_concurrently(self.deps, self.ctx, self.tools, conversation, calls).await;
+            Sink::Discard { repeats, .. } => {
+                let config = self.deps.config.config();
+                let mut verdicts = Vec::with_capacity(calls.len());
+                for call in &calls {
+                    match loop_guard::count(repeats, &config.task, &self.deps.prompts, call) {
+                        Verdict::Fail(error) => return Ok(Calls::End(LoopEnd::Failed(error))),
+                        verdict => verdicts.push(verdict),
+                    }
+                }
+                run_concurrently(
+                    self.deps,
+                    self.ctx,
+                    self.tools,
+                    conversation,
+                    calls,
+                    verdicts,
+                )
+                .await;
                 Ok(Calls::Done)
             }
         }
@@ -387,10 +422,21 @@ async fn call_model(
         std::mem::take(&mut conversation.messages),
     )
     .with_tools(tools);
+    let started = std::time::Instant::now();
     let response = tokio::select! {
         _ = ctx.cancel_token().cancelled() => None,
         response = deps.model.complete(&request) => Some(response),
     };
+    if let Some(Ok(answered)) = &response {
+        let (served, purpose) = match store {
+            Some((_, task)) => (Served::task(task), UsagePurpose::Agent),
+            None => (Served::context(ctx, round), UsagePurpose::Subagent),
+        };
+        let served = Served { round, ..served };
+        deps.meter.hold(record_of(
+            deps, &served, purpose, &request, answered, started,
+        ));
+    }
     conversation.messages = std::mem::take(&mut request.messages);
     if let (false, Presented::Registry(cache)) = (last_round, presented) {
         cache.put_back(std::mem::take(&mut request.tools));
@@ -403,25 +449,35 @@ async fn call_model(
 }
 
 /// A sub-agent's round: its calls run concurrently, each checked against the allowed set
-/// first; results join the conversation in call order.
+/// first (a call the loop guard stopped gets its warning); results join the conversation in
+/// call order.
 async fn run_concurrently(
     deps: &Deps,
     ctx: &ToolContext,
     presented: &Presented,
     conversation: &mut Conversation,
     calls: Vec<ToolCall>,
+    verdicts: Vec<Verdict>,
 ) {
-    let outcomes = join_all(calls.iter().map(|call| async move {
-        if !presented.allows(&call.name) {
-            return ToolOutcome::error(
-                OutcomeKind::PermissionDenied,
-                format!("tool `{}` is not available to sub-agents", call.name),
-            );
-        }
-        deps.registry
-            .execute(&call.name, ctx.role(), call.arguments.clone(), ctx)
-            .await
-    }))
+    let outcomes = join_all(
+        calls
+            .iter()
+            .zip(verdicts)
+            .map(|(call, verdict)| async move {
+                if let Verdict::Warn(outcome) = verdict {
+                    return outcome;
+                }
+                if !presented.allows(&call.name) {
+                    return ToolOutcome::error(
+                        OutcomeKind::PermissionDenied,
+                        format!("tool `{}` is not available to sub-agents", call.name),
+                    );
+                }
+                deps.registry
+                    .execute(&call.name, ctx.role(), call.arguments.clone(), ctx)
+                    .await
+            }),
+    )
     .await;
     for (call, outcome) in calls.iter().zip(outcomes) {
         let text = head_tail(&outcome.value.to_string(), MAX_TOOL_RESULT_CHARS);
@@ -499,6 +555,7 @@ impl Engine {
                     ));
                 }
                 LoopEnd::Failed(error) => return Ok(RunEnd::Failed(error)),
+                LoopEnd::OverBudget(hit) => return Ok(RunEnd::OverBudget(hit)),
                 LoopEnd::OutOfRounds(_) => {
                     return Err(EngineError::Internal(
                         "a task's loop ran out of rounds without its summary round".into(),
@@ -572,9 +629,19 @@ impl Engine {
                     Err(refusal) => refusal,
                 }
             } else {
-                match self.run_call(&call, ctx).await {
-                    Some(outcome) => outcome,
-                    None => return Ok(Calls::End(LoopEnd::Cancelled)),
+                let config = self.config.config();
+                match loop_guard::count(
+                    &mut task.metadata.repeats,
+                    &config.task,
+                    &self.prompts,
+                    &call,
+                ) {
+                    Verdict::Run => match self.run_call(&call, ctx).await {
+                        Some(outcome) => outcome,
+                        None => return Ok(Calls::End(LoopEnd::Cancelled)),
+                    },
+                    Verdict::Warn(outcome) => outcome,
+                    Verdict::Fail(error) => return Ok(Calls::End(LoopEnd::Failed(error))),
                 }
             };
             if index + 1 == count && question.is_none() {
@@ -678,8 +745,7 @@ impl Engine {
         entries: &[NewHistoryEntry],
     ) -> Result<(), EngineError> {
         match self
-            .store
-            .checkpoint(task, Some(TaskStatus::Running), entries)
+            .checkpoint_with_usage(task, TaskStatus::Running, entries)
             .await?
         {
             SaveOutcome::Saved => Ok(()),
@@ -703,11 +769,7 @@ impl Engine {
         let entries = self.unsaved_entries(conversation, round)?;
         task.metadata.history_len += entries.len() as u64;
         task.updated_at = at;
-        match self
-            .store
-            .checkpoint(task, Some(expected), &entries)
-            .await?
-        {
+        match self.checkpoint_with_usage(task, expected, &entries).await? {
             SaveOutcome::Saved => {
                 conversation.unsaved.clear();
                 if task.status != expected
@@ -726,6 +788,28 @@ impl Engine {
                 Ok(false)
             }
         }
+    }
+
+    /// A checkpoint (compare-and-set on `expected`) that also writes the usage records waiting
+    /// for the task, in the same transaction; on a conflict they wait for the run's end.
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: TaskStatus,
+        entries: &[NewHistoryEntry],
+    ) -> Result<SaveOutcome, EngineError> {
+        let usage = self.meter.take(task.id);
+        if usage.is_empty() {
+            return Ok(self.store.checkpoint(task, Some(expected), entries).await?);
+        }
+        let outcome = self
+            .store
+            .checkpoint_with_usage(task, Some(expected), entries, &usage)
+            .await;
+        if !matches!(outcome, Ok(SaveOutcome::Saved)) {
+            self.meter.put_back(task.id, usage);
+        }
+        Ok(outcome?)
     }
 
     /// The conversation's messages not checkpointed yet, as history entries of `round`.

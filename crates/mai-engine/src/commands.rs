@@ -1,5 +1,5 @@
 //! Chat commands (see docs/design.md, "Hosts and bridges"): `/maitask` (alias `/mt`) `create`,
-//! `list [-all] [status]`, `status`, `cancel`, `history`, `ask`, `help` — parsed here and run
+//! `list [-all] [status]`, `status`, `cancel`, `history`, `ask`, `usage`, `help` — parsed here and run
 //! through the task facade, which does every role and ownership check (docs/design.md, "Roles and the
 //! permission model").
 //!
@@ -23,6 +23,7 @@ const HELP: &str = "/maitask (alias /mt) — background tasks
   cancel <id>            stop a task
   history <id>           a task's timeline
   ask <id> <text>        answer a task's question
+  usage [person]         today's tokens, cost and limits (person: admins only)
   help                   this text
 <id> is the 8-character short id from list.";
 
@@ -65,6 +66,10 @@ enum Command {
     Ask {
         id: String,
         text: String,
+    },
+    /// Today's usage and limits of the speaker, or (admins) of another person.
+    Usage {
+        person: Option<String>,
     },
     /// Help, with why it is shown (an unknown subcommand, a missing argument).
     Help {
@@ -111,6 +116,9 @@ fn parse(args: &str) -> Command {
             Some((id, text)) => Command::Ask { id, text },
             None => usage("ask <id> <text>"),
         },
+        "usage" => Command::Usage {
+            person: id_of(rest).map(|(person, _)| person),
+        },
         "help" => Command::Help { hint: None },
         _ => Command::Help {
             hint: Some(format!("unknown subcommand `{sub}`")),
@@ -129,7 +137,10 @@ async fn run(engine: &Engine, caller: &Caller, command: Command) -> String {
             .await
             .map(|task| format!("created {}", line(&task))),
         Command::List { all, status } => list(engine, caller, all, status).await,
-        Command::Status { id } => engine.resolve(caller, &id).await.map(|task| detail(&task)),
+        Command::Status { id } => match engine.resolve(caller, &id).await {
+            Ok(task) => with_usage(engine, detail(&task), &task).await,
+            Err(error) => Err(error),
+        },
         Command::Cancel { id } => engine.cancel(caller, &id).await.map(|task| {
             // A running task stops at its next await; say so rather than claim it is done.
             let verb = if task.status == TaskStatus::Running {
@@ -157,6 +168,7 @@ async fn run(engine: &Engine, caller: &Caller, command: Command) -> String {
             out.push_str(&format!("\n{} agent steps", history.entries.len()));
             out
         }),
+        Command::Usage { person } => usage(engine, caller, person).await,
         Command::Ask { id, text } => engine
             .answer(caller, &id, &text)
             .await
@@ -211,6 +223,56 @@ async fn list(
         ));
     }
     Ok(note)
+}
+
+/// `text` followed by what `task`'s model calls cost so far.
+async fn with_usage(
+    engine: &Engine,
+    mut text: String,
+    task: &TaskRecord,
+) -> Result<String, crate::error::EngineError> {
+    let totals = engine.task_usage(task.id).await?;
+    text.push_str(&format!(
+        "
+usage: {}",
+        crate::usage::usage_line(&totals, &engine.currency())
+    ));
+    Ok(text)
+}
+
+/// `usage [person]`: the speaker's own figures and limits today; an admin may name someone
+/// (`platform:user_id`, or a user id on the speaker's platform).
+async fn usage(
+    engine: &Engine,
+    caller: &Caller,
+    person: Option<String>,
+) -> Result<String, crate::error::EngineError> {
+    let Some(me) = &caller.requester else {
+        return Ok("usage is shown to people; this caller acts for nobody".into());
+    };
+    let (person, role) = match person {
+        None => (me.clone(), caller.role),
+        Some(_) if caller.role != Role::Admin => {
+            return Ok(format!(
+                "only admins may see someone else's usage; /mt usage shows yours ({me})"
+            ));
+        }
+        Some(named) => {
+            let text = if named.contains(':') {
+                named
+            } else {
+                format!("{}:{named}", me.platform)
+            };
+            let person = text.parse::<mai_core::ids::PersonId>().map_err(|e| {
+                crate::error::EngineError::Invalid(format!(
+                    "`{text}` is not a person: {e} (give platform:user_id)"
+                ))
+            })?;
+            let role = engine.role_in(&person, caller.group_id.as_deref());
+            (person, role)
+        }
+    };
+    crate::admission::describe_budgets(engine, &person, role, &caller.stream_id).await
 }
 
 /// One task on one line: short id, status, title.

@@ -27,4 +27,6 @@ pub struct Deps {
     /// The system's time zone and where it was found, once at start: cron's zone when neither
     /// the task nor `[task] timezone` names one.
     pub(crate) system_zone: (chrono_tz::Tz, &'static str),
+    /// Usage records waiting for their task's checkpoint, and the process's sums.
+    pub(crate) meter: crate::usage::Meter,
 }

@@ -255,6 +255,15 @@ impl Engine {
         .with_requester(task.requester().cloned())
     }
 
+    /// The role `person` has in a stream of `group_id` (a private chat: `None`) right now.
+    pub fn role_in(&self, person: &PersonId, group_id: Option<&str>) -> Role {
+        self.config.load().permissions.resolve(&Speaker {
+            platform: &person.platform,
+            user_id: &person.user_id,
+            group_id,
+        })
+    }
+
     /// The role `task` runs with right now (see [`TaskRole`]).
     pub fn task_role(&self, task: &TaskRecord) -> Role {
         TaskRole::of(self.config.clone(), task).role()
@@ -309,6 +318,9 @@ impl Engine {
                     self.schedule.queue(task.id, task.priority);
                 }
                 TaskStatus::WaitingInput => self.recover_waiting(&task).await?,
+                TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Budget) => {
+                    self.arm_budget_resume(&task);
+                }
                 TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Stop) => {
                     task.transition(TaskStatus::Pending, "recovery", "resumed after stop", now)?;
                     task.metadata.pause_cause = None;
@@ -382,10 +394,17 @@ impl Engine {
         }
         let now = self.now();
         let due: mai_core::store::Change = Box::new(move |task| {
-            task.status == TaskStatus::Scheduled
+            let budget_reset = crate::runner::paused_by_budget(task);
+            let reason = if budget_reset { "budget reset" } else { "due" };
+            let moved = (task.status == TaskStatus::Scheduled || budget_reset)
                 && task
-                    .transition(TaskStatus::Pending, "scheduler", "due", now)
-                    .is_ok()
+                    .transition(TaskStatus::Pending, "scheduler", reason, now)
+                    .is_ok();
+            if moved {
+                task.metadata.pause_cause = None;
+                task.metadata.budget_resets_at = None;
+            }
+            moved
         });
         match self.store.update(id, due).await {
             Ok(Some(task)) => {

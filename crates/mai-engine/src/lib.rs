@@ -16,6 +16,8 @@ mod deps;
 mod engine;
 mod error;
 mod events;
+mod loop_guard;
+mod over_budget;
 mod planner;
 mod prompts;
 mod reply;
@@ -28,6 +30,7 @@ mod subagent;
 mod tasks;
 mod tool_handle;
 mod truncate;
+mod usage;
 mod waiting;
 mod wiring;
 
@@ -48,6 +51,7 @@ pub use schedule::LoadFigures;
 pub use splitter::{normalize, split};
 pub use subagent::{REFUSED_TO_SUBAGENTS, open_to_subagents};
 pub use tasks::{Caller, CreateTask, Door, TaskHistory};
+pub use usage::{usage_json, usage_line};
 
 /// Entry points for the fuzz targets in `fuzz/` and for hostile-input tests. Not a stable API.
 #[doc(hidden)]

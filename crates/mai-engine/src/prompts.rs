@@ -61,11 +61,14 @@ pub enum PromptName {
     /// A sub-agent's answer when it used all its rounds. `max_rounds`; `last_text`: what it
     /// last wrote.
     SubagentOutOfRounds,
+    /// The result of a tool call that repeats an earlier one exactly (the loop guard). `tool`;
+    /// `times`: this call's count; `fail_after`: the count that fails the task (0 = never).
+    RepeatedCall,
 }
 
 impl PromptName {
     /// Every template, in declaration order.
-    pub const ALL: [PromptName; 15] = [
+    pub const ALL: [PromptName; 16] = [
         PromptName::AgentSystem,
         PromptName::SubagentSystem,
         PromptName::Title,
@@ -81,6 +84,7 @@ impl PromptName {
         PromptName::ArgumentsDropped,
         PromptName::NoAnswer,
         PromptName::SubagentOutOfRounds,
+        PromptName::RepeatedCall,
     ];
 
     /// The template's file name, in `prompts/` and in an override directory.
@@ -101,6 +105,7 @@ impl PromptName {
             PromptName::ArgumentsDropped => "arguments_dropped.j2",
             PromptName::NoAnswer => "no_answer.j2",
             PromptName::SubagentOutOfRounds => "subagent_out_of_rounds.j2",
+            PromptName::RepeatedCall => "repeated_call.j2",
         }
     }
 
@@ -137,6 +142,7 @@ impl PromptName {
             PromptName::ArgumentsDropped => &["size", "limit"],
             PromptName::NoAnswer => &[],
             PromptName::SubagentOutOfRounds => &["max_rounds", "last_text"],
+            PromptName::RepeatedCall => &["tool", "times", "fail_after"],
         }
     }
 
@@ -162,6 +168,7 @@ impl PromptName {
             PromptName::SubagentOutOfRounds => {
                 include_str!("../prompts/subagent_out_of_rounds.j2")
             }
+            PromptName::RepeatedCall => include_str!("../prompts/repeated_call.j2"),
         }
     }
 

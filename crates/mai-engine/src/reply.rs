@@ -23,6 +23,8 @@ use crate::events::TaskEvent;
 use crate::prompts::PromptName;
 use crate::run::{RunControl, RunEnd, StopReason};
 use crate::splitter;
+use crate::usage::{Served, record_of};
+use mai_core::usage::UsagePurpose;
 
 /// How long a polish may take before the original text is sent instead.
 const POLISH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -82,11 +84,18 @@ impl Engine {
         if matches!(task.trigger, Trigger::Cron { .. }) {
             return Ok(None);
         }
+        // The polish's usage rides on the write that completes the task.
+        let served = Served {
+            held: true,
+            ..Served::task(task)
+        };
         tokio::select! {
             _ = control.token.cancelled() => {
                 Err(control.reason().unwrap_or(StopReason::Shutdown))
             }
-            parts = self.prepare_parts(task.reply_stream(), text, true, true) => Ok(Some(parts)),
+            parts = self.prepare_parts(&served, task.reply_stream(), text, true, true) => {
+                Ok(Some(parts))
+            }
         }
     }
 
@@ -100,11 +109,12 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| task.intent.clone());
             let polish = !task.metadata.raw;
+            let served = Served::task(task);
             let parts = tokio::select! {
                 _ = control.token.cancelled() => {
                     return RunEnd::Stopped(control.reason().unwrap_or(StopReason::Shutdown));
                 }
-                parts = self.prepare_parts(&stream, &text, polish, true) => parts,
+                parts = self.prepare_parts(&served, &stream, &text, polish, true) => parts,
             };
             task.metadata.delivery = Some(DeliveryProgress { parts, sent: 0 });
             if let Err(end) = self.save_progress(task).await {
@@ -167,13 +177,14 @@ impl Engine {
     /// not tasks of their own.
     pub(crate) async fn deliver(
         &self,
+        served: &Served,
         task_id: TaskId,
         stream: &StreamId,
         text: &str,
         key: &str,
         to: Option<&PersonId>,
     ) -> Result<(), String> {
-        let parts = self.prepare_parts(stream, text, true, true).await;
+        let parts = self.prepare_parts(served, stream, text, true, true).await;
         for (index, part) in parts.iter().enumerate() {
             let to = to.filter(|_| index == 0);
             self.send_with_retries(task_id, stream, part, &part_id(key, index), to)
@@ -185,17 +196,23 @@ impl Engine {
     /// The final parts of a text: polished if asked and enabled, split if asked and enabled.
     pub(crate) async fn prepare_parts(
         &self,
+        served: &Served,
         stream: &StreamId,
         text: &str,
         polish: bool,
         split: bool,
     ) -> Vec<String> {
         if polish && self.config.config().polish.enabled {
-            let text = self.polish(stream, text).await;
+            let text = self.polish(served, stream, text).await;
             self.split_parts(&text, split)
         } else {
             self.split_parts(text, split)
         }
+    }
+
+    /// A notice's parts: never polished, split as configured.
+    pub(crate) fn notice_parts(&self, text: &str) -> Vec<String> {
+        self.split_parts(text, true)
     }
 
     /// The parts of a final text: split if asked and enabled; none for a blank text.
@@ -205,8 +222,9 @@ impl Engine {
 
     /// Rewrites machine output into a chat reply in the bot's persona. Any failure returns the
     /// original text: polish never blocks a reply.
-    pub(crate) async fn polish(&self, stream: &StreamId, text: &str) -> String {
-        match tokio::time::timeout(POLISH_TIMEOUT, self.try_polish(stream, text)).await {
+    pub(crate) async fn polish(&self, served: &Served, stream: &StreamId, text: &str) -> String {
+        let polished = self.try_polish(served, stream, text);
+        match tokio::time::timeout(POLISH_TIMEOUT, polished).await {
             Ok(Ok(polished)) if !polished.trim().is_empty() => polished.trim().to_owned(),
             Ok(Ok(_)) => text.to_owned(),
             Ok(Err(error)) => {
@@ -220,7 +238,12 @@ impl Engine {
         }
     }
 
-    async fn try_polish(&self, stream: &StreamId, text: &str) -> Result<String, String> {
+    async fn try_polish(
+        &self,
+        served: &Served,
+        stream: &StreamId,
+        text: &str,
+    ) -> Result<String, String> {
         let config = self.config.config();
         let persona = self.host.persona().await;
         let recent = self
@@ -252,11 +275,25 @@ impl Engine {
             )
             .map_err(|e| e.to_string())?;
         let request = ChatRequest::new(ModelPurpose::Replyer, vec![ChatMessage::user(prompt)]);
+        let started = std::time::Instant::now();
         let response = self
             .model
             .complete(&request)
             .await
             .map_err(|e| e.to_string())?;
+        let record = record_of(
+            self,
+            served,
+            UsagePurpose::Polish,
+            &request,
+            &response,
+            started,
+        );
+        if served.held {
+            self.meter.hold(record);
+        } else {
+            self.record_usage_now(record).await;
+        }
         Ok(response.message.content)
     }
 

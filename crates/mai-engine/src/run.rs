@@ -87,4 +87,6 @@ pub(crate) enum RunEnd {
     Waiting,
     Stopped(StopReason),
     Failed(String),
+    /// A daily budget was used up at a round boundary (the checkpoint is written).
+    OverBudget(crate::admission::BudgetHit),
 }

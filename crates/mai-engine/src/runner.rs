@@ -27,9 +27,11 @@ const ACTOR: &str = "scheduler";
 /// an instant task's parts fixed when no polish is needed. `false` (nothing written) when it is
 /// no longer `scheduled`.
 fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>) -> bool {
-    if task.status != TaskStatus::Scheduled
+    let budget_reset = paused_by_budget(task);
+    let reason = if budget_reset { "budget reset" } else { "due" };
+    if !(task.status == TaskStatus::Scheduled || budget_reset)
         || task
-            .transition(TaskStatus::Pending, ACTOR, "due", now)
+            .transition(TaskStatus::Pending, ACTOR, reason, now)
             .is_err()
         || task
             .transition(TaskStatus::Running, ACTOR, "dispatched", now)
@@ -39,12 +41,18 @@ fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>) -> bool
     }
     task.metadata.waiting = None;
     task.metadata.pause_cause = None;
+    task.metadata.budget_resets_at = None;
     if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
         // Without polish the parts are known now: fixed in the claim, not in a write of their
         // own.
         fix_parts_unpolished(config, task);
     }
     true
+}
+
+/// Whether `task` is paused because a daily budget was used up (a timer resumes it).
+pub(crate) fn paused_by_budget(task: &TaskRecord) -> bool {
+    task.status == TaskStatus::Paused && task.metadata.pause_cause == Some(PauseCause::Budget)
 }
 
 impl Engine {
@@ -59,6 +67,8 @@ impl Engine {
         if let Err(error) = result {
             tracing::error!(task = %id, %error, "task run failed inside the engine");
         }
+        // What the run's checkpoints did not carry (its last model call, mostly).
+        self.flush_usage(id).await;
         self.schedule.slot_freed(id);
         self.dispatch();
     }
@@ -204,6 +214,7 @@ impl Engine {
             } => self.complete_answer(task, text, history, parts).await,
             RunEnd::Delivered => self.complete(task, "delivered").await.map(drop),
             RunEnd::Failed(error) => self.fail(task, &error).await,
+            RunEnd::OverBudget(hit) => self.stop_for_budget(task, hit).await,
             RunEnd::Stopped(StopReason::Timeout { minutes }) => {
                 self.fail(
                     task,
@@ -299,6 +310,10 @@ impl Engine {
         finished
     }
 
+    pub(crate) async fn fail_task(&self, task: TaskRecord, error: &str) -> Result<(), EngineError> {
+        self.fail(task, error).await
+    }
+
     async fn fail(&self, mut task: TaskRecord, error: &str) -> Result<(), EngineError> {
         task.metadata.error = Some(error.to_owned());
         task.transition(TaskStatus::Failed, ACTOR, error, self.now())?;
@@ -334,7 +349,9 @@ impl Engine {
         history: &[NewHistoryEntry],
         reply: &TaskRecord,
     ) -> Result<SaveOutcome, EngineError> {
-        Ok(self
+        // The run's last model calls are recorded in the same write.
+        let usage = self.meter.take(task.id);
+        let outcome = self
             .store
             .write(&[
                 TaskWrite::Save {
@@ -344,8 +361,13 @@ impl Engine {
                     history,
                 },
                 TaskWrite::InsertIfAbsent(reply),
+                TaskWrite::Usage(&usage),
             ])
-            .await?)
+            .await;
+        if !matches!(outcome, Ok(SaveOutcome::Saved)) {
+            self.meter.put_back(task.id, usage);
+        }
+        Ok(outcome?)
     }
 
     /// A cron task's answer: checkpointed first, so the next run's conversation starts after
@@ -358,11 +380,15 @@ impl Engine {
     ) -> Result<(), EngineError> {
         if !history.is_empty() {
             task.metadata.history_len += history.len() as u64;
+            let usage = self.meter.take(task.id);
             let outcome = self
                 .store
-                .checkpoint(&task, Some(TaskStatus::Running), &history)
-                .await?;
-            if outcome != SaveOutcome::Saved {
+                .checkpoint_with_usage(&task, Some(TaskStatus::Running), &history, &usage)
+                .await;
+            if !matches!(outcome, Ok(SaveOutcome::Saved)) {
+                self.meter.put_back(task.id, usage);
+            }
+            if outcome? != SaveOutcome::Saved {
                 return Ok(());
             }
         }
@@ -506,6 +532,7 @@ impl Engine {
             task.metadata.history_len = 0;
             task.metadata.runtime_secs = 0;
             task.metadata.history_from = history_from;
+            task.metadata.repeats.clear();
         }
         match self.store.save(&task, Some(TaskStatus::Running)).await? {
             mai_core::store::SaveOutcome::Saved => {

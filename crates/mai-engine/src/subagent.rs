@@ -75,6 +75,7 @@ pub(crate) async fn ask(
             request.intents.len()
         )));
     }
+    refuse_over_budget(engine, ctx).await?;
     let role = ctx.role();
     let visible = subagent_tools(engine, role);
     let mut allowed: HashSet<String> = visible.iter().map(|t| t.name.clone()).collect();
@@ -129,6 +130,26 @@ pub(crate) async fn ask(
     Ok(json!({"success": true, "results": results}))
 }
 
+/// The budget gate for the door `ask_subagent(s)`: sub-agents spend the asking task's budgets.
+async fn refuse_over_budget(engine: &Engine, ctx: &ToolContext) -> Result<(), ToolError> {
+    let failed = |error: crate::error::EngineError| ToolError::new(error.to_string());
+    let Some(task) = engine
+        .store
+        .get(ctx.task_id())
+        .await
+        .map_err(|e| failed(e.into()))?
+    else {
+        return Ok(());
+    };
+    match crate::admission::check_spending(engine, &task)
+        .await
+        .map_err(failed)?
+    {
+        Ok(()) => Ok(()),
+        Err(hit) => Err(ToolError::new(format!("limit reached: {}", hit.message))),
+    }
+}
+
 fn sorted(set: &HashSet<String>) -> Vec<&str> {
     let mut names: Vec<&str> = set.iter().map(String::as_str).collect();
     names.sort_unstable();
@@ -166,6 +187,7 @@ async fn run_one(
         sink: Sink::Discard {
             rounds: 0,
             max_rounds,
+            repeats: Default::default(),
         },
         tools: &mut tools,
         last_text: String::new(),
@@ -182,6 +204,7 @@ async fn run_one(
         Ok(LoopEnd::Cancelled) => Err("cancelled with the parent task".into()),
         Ok(LoopEnd::Failed(error)) => Err(error),
         Ok(LoopEnd::Question(..)) => Err("sub-agents cannot ask the user".into()),
+        Ok(LoopEnd::OverBudget(hit)) => Err(hit.message),
         Err(error) => Err(error.to_string()),
     }
 }

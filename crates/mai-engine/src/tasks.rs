@@ -249,7 +249,7 @@ impl Engine {
             Some(title) => title.trim().chars().take(80).collect(),
             None => {
                 crate::admission::check(self, &task).await?;
-                self.title_for(&task.intent).await
+                self.title_for(&task).await
             }
         };
         crate::admission::insert(self, &task).await?;
@@ -264,8 +264,10 @@ impl Engine {
         Ok(task)
     }
 
-    /// A short title from the model, or the intent's first 40 characters.
-    async fn title_for(&self, intent: &str) -> String {
+    /// A short title from the model, or the intent's first 40 characters. The call's usage is
+    /// recorded for `task`.
+    async fn title_for(&self, task: &TaskRecord) -> String {
+        let intent = task.intent.as_str();
         let fallback = || intent.chars().take(40).collect::<String>();
         let Ok(prompt) = self
             .prompts
@@ -274,8 +276,19 @@ impl Engine {
             return fallback();
         };
         let request = ChatRequest::new(ModelPurpose::Title, vec![ChatMessage::user(prompt)]);
+        let started = std::time::Instant::now();
         match tokio::time::timeout(TITLE_TIMEOUT, self.model.complete(&request)).await {
             Ok(Ok(response)) => {
+                let served = crate::usage::Served::task(task);
+                self.record_usage_now(crate::usage::record_of(
+                    self,
+                    &served,
+                    mai_core::usage::UsagePurpose::Title,
+                    &request,
+                    &response,
+                    started,
+                ))
+                .await;
                 let title = response.message.content.lines().next().unwrap_or_default();
                 let title = title
                     .trim()

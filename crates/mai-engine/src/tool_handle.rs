@@ -151,7 +151,10 @@ impl Messenger for ToolHandle {
         split: bool,
     ) -> Result<Vec<String>, String> {
         let engine = self.engine()?;
-        let parts = engine.prepare_parts(stream, text, polish, split).await;
+        let served = crate::usage::Served::context(ctx, 0);
+        let parts = engine
+            .prepare_parts(&served, stream, text, polish, split)
+            .await;
         if parts.is_empty() {
             return Err("the message is empty".to_owned());
         }

@@ -76,7 +76,14 @@ impl Engine {
         let key = question_key(task.id, &call.id);
         let to = crate::reply::mention_of(task);
         if let Err(error) = self
-            .deliver(task.id, &stream, &question, &key, to.as_ref())
+            .deliver(
+                &crate::usage::Served::task(task),
+                task.id,
+                &stream,
+                &question,
+                &key,
+                to.as_ref(),
+            )
             .await
         {
             return self
@@ -161,7 +168,14 @@ impl Engine {
         let stream = task.stream_id.clone();
         let to = crate::reply::mention_of(&task);
         if let Err(error) = self
-            .deliver(task.id, &stream, &question, &key, to.as_ref())
+            .deliver(
+                &crate::usage::Served::task(&task),
+                task.id,
+                &stream,
+                &question,
+                &key,
+                to.as_ref(),
+            )
             .await
         {
             // The task keeps waiting; the question's timeout tells the model nobody answered.

@@ -26,6 +26,7 @@ impl Engine {
             prompts: deps.prompts,
             clock: deps.clock,
             system_zone: crate::cron::system_time_zone(),
+            meter: crate::usage::Meter::default(),
         });
         let handle = Arc::new(ToolHandle::new(&engine));
         builtin_tools::register(&engine, &handle, deps.files_root).await?;
@@ -38,9 +39,13 @@ impl Engine {
     /// limit lets queued tasks start at once. Running loops see the new values from their next
     /// read.
     pub async fn reload_config(&self, config: mai_core::config::Config) -> Result<(), EngineError> {
+        let budgets_before = self.config.config().limits.budgets.clone();
         self.config
             .replace(config)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if self.config.config().limits.budgets != budgets_before {
+            self.budgets_changed().await?;
+        }
         let handle = Arc::new(ToolHandle::new(self));
         builtin_tools::resync_switchable(self, &handle).await?;
         self.dispatch();

@@ -82,6 +82,12 @@ impl TaskStore for GatedStore {
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         self.inner.counts(query).await
     }
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        self.inner.usage(query).await
+    }
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
         self.inner.list_active().await
     }

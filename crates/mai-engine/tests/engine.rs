@@ -420,6 +420,9 @@ async fn max_rounds_ends_with_an_honest_answer_without_tools() {
     });
     let mut config = test_config();
     config.task.max_rounds = 3;
+    // The same call every round on purpose: the loop guard has its own tests.
+    config.task.repeat_warn_after = 0;
+    config.task.repeat_fail_after = 0;
     let mut h = Harness::start_with(
         config,
         model.clone(),

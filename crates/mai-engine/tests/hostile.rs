@@ -212,7 +212,8 @@ fn tool_results(request: &Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn ten_thousand_tool_calls_in_one_reply_run_at_most_the_per_round_limit() {
-    let script = vec![calls((0..10_000).map(|_| "{}".to_owned()))];
+    // Each call different, so the loop guard (its own tests) does not stop them.
+    let script = vec![calls((0..10_000).map(|i| format!("{{\"text\":\"{i}\"}}")))];
 
     let (mut run, status, reason) = run(script).await;
 

@@ -292,7 +292,11 @@ async fn parallel_limit_rounds_limit_and_truncation() {
         if is_subagent(req) {
             let intent = req.messages[1].content.as_str();
             return Ok(match intent {
-                "loop" => calls(&[(&format!("l{}", req.messages.len()), "lookup", json!({}))]),
+                // A new question each round: the loop guard (its own tests) stays quiet.
+                "loop" => {
+                    let round = req.messages.len();
+                    calls(&[(&format!("l{round}"), "lookup", json!({"q": round}))])
+                }
                 "long" => ChatResponse::text("x".repeat(5000)),
                 other => ChatResponse::text(format!("answer to {other}")),
             });

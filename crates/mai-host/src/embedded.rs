@@ -1,8 +1,9 @@
 //! [`EmbeddedHost`]: opening the host database, the public ingestion and curation API the
 //! channels and the binary use, and the [`Host`] implementation the engine sees. Each
 //! operation delegates to the module that owns its tables, running it as one closure on a
-//! reader or on the database's writer (see `mai_store::Database`); this module owns the
-//! database handle, the channels and the clock.
+//! reader or on the database's writer (see `mai_store::Database`) — or, when the tables are in
+//! PostgreSQL, in one transaction on a pooled connection (`pg`); this module owns the database
+//! handle, the channels and the clock.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,8 +16,7 @@ use mai_core::host::{
     StreamInfo, UserHit, UserQuery,
 };
 use mai_core::ids::{PersonId, StreamId};
-use mai_store::{Database, SqliteOptions};
-use rusqlite::Connection;
+use mai_store::{Backend, Database, SqliteOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::channels::{ChannelSender, Channels, no_channel};
@@ -26,8 +26,8 @@ use crate::members;
 use crate::memory::{MemorySettings, search_memory};
 use crate::notes::{self, ContextNote};
 use crate::people::{self, NewPerson};
-use crate::schema::{HOST, from_millis, to_millis};
-use crate::sql::Query;
+use crate::schema::{HOST, HOST_POSTGRES, from_millis, to_millis};
+use crate::sql::{Connection, Query};
 use crate::streams::{self, StreamNames, ensure_stream, sql_limit};
 use crate::user_search::{Found, find_targets};
 
@@ -61,7 +61,7 @@ pub struct EmbeddedHost {
     /// The file the host's tables live in, often shared with the task store: reads run on its
     /// reader connections; every write is one closure handed to its writer (one transaction,
     /// queued in order with the task store's writes).
-    db: Database,
+    db: Backend,
     config: EmbeddedConfig,
     clock: Arc<dyn Clock>,
     channels: Channels,
@@ -81,7 +81,17 @@ impl EmbeddedHost {
     /// The host in an open database (the one the task store uses, so both write through one
     /// writer): creates or migrates the host tables in it.
     pub async fn with_database(db: Database, config: EmbeddedConfig) -> Result<Self, OpenError> {
-        db.migrate(&HOST).await.map_err(OpenError::Migrate)?;
+        Self::on(Backend::Sqlite(db), config).await
+    }
+
+    /// The host in the database the task store uses, SQLite or PostgreSQL: creates or migrates
+    /// the host tables in it.
+    pub async fn on(db: Backend, config: EmbeddedConfig) -> Result<Self, OpenError> {
+        match &db {
+            Backend::Sqlite(db) => db.migrate(&HOST).await,
+            Backend::Postgres(pool) => mai_store::migrate_postgres(pool, &HOST_POSTGRES).await,
+        }
+        .map_err(OpenError::Migrate)?;
         tracing::debug!(
             schema_version = HOST.latest_version(),
             "embedded host ready"
@@ -103,15 +113,55 @@ impl EmbeddedHost {
 
     /// The host schema version of the open database.
     pub async fn schema_version(&self) -> Result<i64, OpenError> {
-        self.db
-            .schema_version(&HOST)
-            .await
-            .map_err(OpenError::Migrate)
+        match &self.db {
+            Backend::Sqlite(db) => db.schema_version(&HOST).await,
+            Backend::Postgres(pool) => {
+                mai_store::postgres_schema_version(pool, &HOST_POSTGRES).await
+            }
+        }
+        .map_err(OpenError::Migrate)
     }
 
-    /// Finishes the queued writes and closes the write connection.
+    /// Finishes the queued writes and closes the write connection (the pool, on PostgreSQL).
     pub async fn close(&self) {
-        self.db.close().await;
+        match &self.db {
+            Backend::Sqlite(db) => db.close().await,
+            Backend::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    /// How many rows each host table holds (`storage migrate` checks a target is empty and a
+    /// copy is whole with it).
+    pub async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, HostError> {
+        self.read("count the host tables", crate::copy::counts)
+            .await
+    }
+
+    /// Copies every host row of `self` (read in one transaction) into `target`, which must hold
+    /// none, keeping ids; then checks that both sides hold the same counts.
+    pub async fn copy_into(
+        &self,
+        target: &EmbeddedHost,
+    ) -> Result<Vec<(&'static str, u64)>, HostError> {
+        const ACTION: &str = "copy the host tables";
+        if target.row_counts().await?.iter().any(|(_, n)| *n > 0) {
+            return Err(HostError::new(
+                ACTION,
+                "the target already holds chat data: give an empty database",
+            ));
+        }
+        let tables = self.read(ACTION, crate::copy::read_all).await?;
+        target
+            .write(ACTION, move |conn| crate::copy::write_all(conn, tables))
+            .await?;
+        let (source, copied) = (self.row_counts().await?, target.row_counts().await?);
+        if source != copied {
+            return Err(HostError::new(
+                ACTION,
+                format!("the counts differ after the copy: {source:?} read, {copied:?} written"),
+            ));
+        }
+        Ok(copied)
     }
 
     /// Registers (or replaces) the outbound sender of `platform`.
@@ -235,7 +285,15 @@ impl EmbeddedHost {
         F: FnOnce(&Connection) -> Result<T, HostError> + Send + 'static,
         T: Send + 'static,
     {
-        self.db.read(job).await.map_err(unavailable(action))?
+        match &self.db {
+            Backend::Sqlite(db) => db
+                .read(move |conn| job(conn))
+                .await
+                .map_err(unavailable(action))?,
+            Backend::Postgres(pool) => crate::pg::run(pool, false, move |conn| job(conn))
+                .await
+                .map_err(unavailable(action))?,
+        }
     }
 
     /// Runs `job` as one write transaction (undone when it returns an error).
@@ -244,7 +302,15 @@ impl EmbeddedHost {
         F: FnOnce(&Connection) -> Result<T, HostError> + Send + 'static,
         T: Send + 'static,
     {
-        self.db.write(job).await.map_err(unavailable(action))?
+        match &self.db {
+            Backend::Sqlite(db) => db
+                .write(move |conn| job(conn))
+                .await
+                .map_err(unavailable(action))?,
+            Backend::Postgres(pool) => crate::pg::run(pool, true, move |conn| job(conn))
+                .await
+                .map_err(unavailable(action))?,
+        }
     }
 
     /// Finds or creates the stream of `target`, named after the person when they are known.
@@ -380,7 +446,7 @@ impl Host for EmbeddedHost {
                     "SELECT sender_name, text, at FROM ( \
                      SELECT message_id, sender_name, text, at FROM host_messages \
                      WHERE stream_id = ? ORDER BY at DESC, message_id DESC LIMIT ? \
-                     ) ORDER BY at, message_id",
+                     ) recent ORDER BY at, message_id",
                 )
                 .bind(stream.as_str())
                 .bind(sql_limit(limit))

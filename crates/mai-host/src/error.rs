@@ -4,7 +4,7 @@
 use mai_core::host::HostError;
 
 /// A `map_err` adapter: a database failure while doing `action`.
-pub(crate) fn db(action: &'static str) -> impl FnOnce(rusqlite::Error) -> HostError {
+pub(crate) fn db(action: &'static str) -> impl FnOnce(crate::sql::SqlError) -> HostError {
     move |source| HostError::new(action, source)
 }
 

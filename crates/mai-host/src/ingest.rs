@@ -2,13 +2,14 @@
 //! refreshed) from its sender's person (created on first sight). The bot's own delivered
 //! messages are stored through [`insert_message`] too, flagged `is_bot`.
 
+use crate::sql::Connection;
 use chrono::{DateTime, Utc};
 use mai_core::host::{ChatTarget, HostError};
 use mai_core::ids::{PersonId, StreamId};
-use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
-use crate::sql::Query;
+use crate::grams::trigrams;
+use crate::sql::{Dialect, Query};
 
 use crate::error::db;
 use crate::people::note_account;
@@ -114,18 +115,27 @@ pub(crate) fn insert_message(
     at_ms: i64,
     is_bot: bool,
 ) -> Result<i64, HostError> {
-    Query::new(
-        "INSERT INTO host_messages (stream_id, user_id, sender_name, text, at, is_bot) \
-         VALUES (?, ?, ?, ?, ?, ?) RETURNING message_id",
-    )
+    // SQLite's triggers index the text; on PostgreSQL its trigrams are stored with it.
+    let grams = (conn.dialect() == Dialect::Postgres).then(|| trigrams(text));
+    let (column, value) = if grams.is_some() {
+        (", grams", ", ?")
+    } else {
+        ("", "")
+    };
+    let mut insert = Query::new(format_args!(
+        "INSERT INTO host_messages (stream_id, user_id, sender_name, text, at, is_bot{column}) \
+         VALUES (?, ?, ?, ?, ?, ?{value}) RETURNING message_id"
+    ))
     .bind(stream.as_str())
     .bind(user_id)
     .bind(sender_name)
     .bind(text)
     .bind(at_ms)
-    .bind(is_bot)
-    .scalar(conn)
-    .map_err(db("store a message"))
+    .bind(is_bot);
+    if let Some(grams) = grams {
+        insert = insert.bind(grams);
+    }
+    insert.scalar(conn).map_err(db("store a message"))
 }
 
 /// Stored messages deleted per write by [`prune_messages`].
@@ -135,10 +145,12 @@ pub(crate) const PRUNE_BATCH: usize = 500;
 /// oldest first; their search index entries go with them (a trigger). Streams, people and
 /// membership stay. Returns how many were deleted.
 pub(crate) fn prune_messages(conn: &Connection, before_ms: i64) -> Result<usize, HostError> {
-    conn.execute(
+    Query::new(
         "DELETE FROM host_messages WHERE message_id IN (SELECT message_id FROM host_messages \
          WHERE at < ?1 ORDER BY at LIMIT ?2)",
-        rusqlite::params![before_ms, PRUNE_BATCH as i64],
     )
+    .bind(before_ms)
+    .bind(PRUNE_BATCH as i64)
+    .execute(conn)
     .map_err(db("delete old messages"))
 }

@@ -1,4 +1,4 @@
-//! The embedded host (docs/host.md): mai-agent's own chat store in SQLite — streams, messages,
+//! The embedded host (docs/host.md): mai-agent's own chat store in SQLite or PostgreSQL — streams, messages,
 //! people, jargon, knowledge notes, talk frequency and invisible context notes — with full-text
 //! memory search, and the registry of outbound channels `send_text` hands messages to.
 //!
@@ -8,11 +8,14 @@
 //! other host: MaiBot's, reached through the bridge its plugin opens. The five `search_memory` modes are defined in [`memory`] and docs/host.md.
 //!
 //! Its tables are prefixed `host_` and its migrations are recorded in their own table, so it can
-//! share the task database file (`<data_dir>/mai-agent.db`) or use a file of its own.
+//! share the task database file (`<data_dir>/mai-agent.db`) or use a file of its own — or the
+//! task store's PostgreSQL database.
 
 mod channels;
+mod copy;
 mod embedded;
 mod error;
+mod grams;
 mod ingest;
 pub mod maibot;
 mod members;
@@ -20,6 +23,7 @@ pub mod memory;
 mod notes;
 mod onebot;
 mod people;
+mod pg;
 mod schema;
 mod sql;
 mod streams;

@@ -3,9 +3,9 @@
 //! to everyone seen writing in it (recorded by a trigger on `host_messages`) or added as a member.
 //! Must not: answer yes for anything the tables do not show (an unknown stream, another platform).
 
+use crate::sql::Connection;
 use mai_core::host::HostError;
 use mai_core::ids::{PersonId, StreamId};
-use rusqlite::Connection;
 
 use crate::sql::Query;
 
@@ -57,11 +57,13 @@ pub(crate) fn add_member(
             ),
         ));
     }
-    Query::new("INSERT OR IGNORE INTO host_members (stream_id, user_id) VALUES (?, ?)")
-        .bind(stream.as_str())
-        .bind(&person.user_id)
-        .execute(conn)
-        .map_err(db(ACTION))?;
+    Query::new(
+        "INSERT INTO host_members (stream_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(stream.as_str())
+    .bind(&person.user_id)
+    .execute(conn)
+    .map_err(db(ACTION))?;
     Ok(())
 }
 

@@ -2,13 +2,14 @@
 //! notes (searched by `search_memory`), talk frequency per stream, and the invisible context
 //! notes `append_context` adds for the planner.
 
+use crate::sql::Connection;
 use chrono::{DateTime, Utc};
 use mai_core::host::{HostError, Jargon};
 use mai_core::ids::StreamId;
-use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
-use crate::sql::Query;
+use crate::grams::trigrams;
+use crate::sql::{Dialect, Query};
 
 use crate::error::{corrupt, db};
 use crate::schema::from_millis;
@@ -54,11 +55,12 @@ pub(crate) fn jargon_in(
     stream: &StreamId,
     text: &str,
 ) -> Result<Vec<Jargon>, HostError> {
-    let rows: Vec<(String, String)> = Query::new(
+    let rows: Vec<(String, String)> = Query::new(format_args!(
         "SELECT term, meaning FROM host_jargon \
-         WHERE (scope = ?1 OR scope = ?2) AND instr(lower(?3), lower(term)) > 0 \
+         WHERE (scope = ?1 OR scope = ?2) AND {position}(lower(?3), lower(term)) > 0 \
          ORDER BY scope = ?2, length(term) DESC, term",
-    )
+        position = conn.dialect().position()
+    ))
     .bind(stream.as_str())
     .bind(GLOBAL_SCOPE)
     .bind(text)
@@ -84,12 +86,23 @@ pub(crate) fn add_note(
     if text.is_empty() {
         return Err(HostError::new("add a note", "the note is empty"));
     }
-    Query::new("INSERT INTO host_notes (stream_id, text, at) VALUES (?, ?, ?) RETURNING note_id")
-        .bind(stream.map(StreamId::as_str))
-        .bind(text)
-        .bind(at_ms)
-        .scalar(conn)
-        .map_err(db("add a note"))
+    let grams = (conn.dialect() == Dialect::Postgres).then(|| trigrams(text));
+    let (column, value) = if grams.is_some() {
+        (", grams", ", ?")
+    } else {
+        ("", "")
+    };
+    let mut insert = Query::new(format_args!(
+        "INSERT INTO host_notes (stream_id, text, at{column}) VALUES (?, ?, ?{value}) \
+         RETURNING note_id"
+    ))
+    .bind(stream.map(StreamId::as_str))
+    .bind(text)
+    .bind(at_ms);
+    if let Some(grams) = grams {
+        insert = insert.bind(grams);
+    }
+    insert.scalar(conn).map_err(db("add a note"))
 }
 
 pub(crate) fn set_frequency(
@@ -147,7 +160,7 @@ pub(crate) fn context_notes(
         "SELECT note, at FROM ( \
              SELECT note_id, note, at FROM host_context_notes WHERE stream_id = ? \
              ORDER BY note_id DESC LIMIT ? \
-         ) ORDER BY note_id",
+         ) latest ORDER BY note_id",
     )
     .bind(stream.as_str())
     .bind(sql_limit(limit))

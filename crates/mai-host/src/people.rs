@@ -5,9 +5,9 @@
 //! person; a person left without accounts by that link is merged into it (its name and aliases
 //! become aliases, its notes move), so one human does not stay split in two.
 
+use crate::sql::Connection;
 use mai_core::host::{HostError, Person};
 use mai_core::ids::PersonId;
-use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use crate::sql::Query;
@@ -34,7 +34,7 @@ pub(crate) fn resolve_person(conn: &Connection, name: &str) -> Result<Option<i64
              SELECT person_id, 0 AS priority FROM host_persons WHERE name = ?1 \
              UNION ALL \
              SELECT person_id, 1 AS priority FROM host_person_aliases WHERE alias = ?1 \
-         ) ORDER BY priority, person_id LIMIT 1",
+         ) named ORDER BY priority, person_id LIMIT 1",
     )
     .bind(name)
     .scalar_optional(conn)
@@ -95,12 +95,13 @@ pub(crate) fn note_account(
 ) -> Result<i64, HostError> {
     const ACTION: &str = "record a message sender";
     // A known account is found and refreshed in one statement (one round trip).
-    let known: Option<(i64, String)> = Query::new(
-        "UPDATE host_accounts SET display_name = ?, last_seen = MAX(last_seen, ?) \
+    let known: Option<(i64, String)> = Query::new(format_args!(
+        "UPDATE host_accounts SET display_name = ?, last_seen = {greatest}(last_seen, ?) \
          WHERE platform = ? AND user_id = ? \
          RETURNING person_id, \
          (SELECT p.name FROM host_persons p WHERE p.person_id = host_accounts.person_id)",
-    )
+        greatest = conn.dialect().greatest()
+    ))
     .bind(display_name)
     .bind(at_ms)
     .bind(platform)
@@ -154,7 +155,9 @@ pub(crate) fn add_person(conn: &Connection, new: &NewPerson) -> Result<Person, H
     }
     for note in new.notes.iter().map(|note| note.trim()) {
         if !note.is_empty() {
-            Query::new("INSERT OR IGNORE INTO host_person_notes (person_id, note) VALUES (?, ?)")
+            Query::new(
+                "INSERT INTO host_person_notes (person_id, note) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            )
                 .bind(person_id)
                 .bind(note)
                 .execute(conn)
@@ -188,11 +191,13 @@ fn insert_person(conn: &Connection, name: &str) -> Result<i64, HostError> {
 }
 
 fn insert_alias(conn: &Connection, person_id: i64, alias: &str) -> Result<(), HostError> {
-    Query::new("INSERT OR IGNORE INTO host_person_aliases (person_id, alias) VALUES (?, ?)")
-        .bind(person_id)
-        .bind(alias)
-        .execute(conn)
-        .map_err(db("add an alias"))?;
+    Query::new(
+        "INSERT INTO host_person_aliases (person_id, alias) VALUES (?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(person_id)
+    .bind(alias)
+    .execute(conn)
+    .map_err(db("add an alias"))?;
     Ok(())
 }
 
@@ -249,12 +254,13 @@ fn merge_if_orphaned(conn: &Connection, from: i64, into: i64) -> Result<(), Host
         return Ok(());
     }
     for statement in [
-        "INSERT OR IGNORE INTO host_person_aliases (person_id, alias) \
-         SELECT ?2, name FROM host_persons WHERE person_id = ?1",
-        "INSERT OR IGNORE INTO host_person_aliases (person_id, alias) \
-         SELECT ?2, alias FROM host_person_aliases WHERE person_id = ?1",
-        "INSERT OR IGNORE INTO host_person_notes (person_id, note) \
-         SELECT ?2, note FROM host_person_notes WHERE person_id = ?1 ORDER BY note_id",
+        "INSERT INTO host_person_aliases (person_id, alias) \
+         SELECT ?2, name FROM host_persons WHERE person_id = ?1 ON CONFLICT DO NOTHING",
+        "INSERT INTO host_person_aliases (person_id, alias) \
+         SELECT ?2, alias FROM host_person_aliases WHERE person_id = ?1 ON CONFLICT DO NOTHING",
+        "INSERT INTO host_person_notes (person_id, note) \
+         SELECT ?2, note FROM host_person_notes WHERE person_id = ?1 ORDER BY note_id \
+         ON CONFLICT DO NOTHING",
     ] {
         Query::new(statement)
             .bind(from)

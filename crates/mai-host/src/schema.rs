@@ -24,6 +24,17 @@ pub(crate) static HOST: Migrations = Migrations {
     ],
 };
 
+/// The host tables' PostgreSQL scripts (their own version line: version 1 has the tables of
+/// the SQLite schema's version 2, with trigram arrays for the full-text search).
+pub(crate) static HOST_POSTGRES: Migrations = Migrations {
+    table: "_mai_host_migrations",
+    scripts: &[Migration {
+        version: 1,
+        description: "host",
+        sql: include_str!("../migrations/postgres/0001_host.sql"),
+    }],
+};
+
 /// A time as stored.
 pub(crate) fn to_millis(at: DateTime<Utc>) -> i64 {
     at.timestamp_millis()

@@ -1,9 +1,9 @@
 //! Streams: the one place a stream id is derived from a platform and a chat target, and the
 //! reads and upserts of `host_streams`. Creating a stream never deletes or renames another.
 
+use crate::sql::Connection;
 use mai_core::host::{ChatTarget, HostError, StreamInfo};
 use mai_core::ids::{GroupId, IdError, PersonId, StreamId};
-use rusqlite::Connection;
 
 use crate::sql::Query;
 
@@ -101,16 +101,17 @@ pub(crate) fn ensure_stream(
     // The stream asked for, else the one of this target: found and refreshed in one statement
     // (each statement is a round trip to the connection's thread, taken while holding the
     // write turn).
-    let existing: Option<String> = Query::new(
+    let existing: Option<String> = Query::new(format_args!(
         "UPDATE host_streams SET \
          name = CASE kind WHEN 'group' THEN COALESCE(?, name) ELSE COALESCE(?, name) END, \
-         last_active = MAX(last_active, ?) \
+         last_active = {greatest}(last_active, ?) \
          WHERE stream_id = COALESCE( \
              (SELECT stream_id FROM host_streams WHERE stream_id = ?), \
              (SELECT stream_id FROM host_streams \
               WHERE platform = ? AND kind = ? AND target_id = ?)) \
          RETURNING stream_id",
-    )
+        greatest = conn.dialect().greatest()
+    ))
     .bind(names.group)
     .bind(names.private)
     .bind(at_ms)
@@ -146,11 +147,14 @@ pub(crate) fn ensure_stream(
 
 /// Records activity in a stream (the bot spoke) without touching its name.
 pub(crate) fn touch(conn: &Connection, stream: &StreamId, at_ms: i64) -> Result<(), HostError> {
-    Query::new("UPDATE host_streams SET last_active = MAX(last_active, ?) WHERE stream_id = ?")
-        .bind(at_ms)
-        .bind(stream.as_str())
-        .execute(conn)
-        .map_err(db("record activity in a stream"))?;
+    Query::new(format_args!(
+        "UPDATE host_streams SET last_active = {}(last_active, ?) WHERE stream_id = ?",
+        conn.dialect().greatest()
+    ))
+    .bind(at_ms)
+    .bind(stream.as_str())
+    .execute(conn)
+    .map_err(db("record activity in a stream"))?;
     Ok(())
 }
 

@@ -5,9 +5,15 @@
 //! characters becomes an FTS5 string literal (double quotes doubled), so `NEAR(`, `*`, `-`, `OR`,
 //! `"` and `:` are plain text, and terms are OR-ed. The trigram index cannot find a term shorter
 //! than 3 characters (`据库`), so those become `LIKE '%term%'` patterns with `%`, `_` and `\`
-//! escaped. Everything reaches SQLite as a bound parameter, never as SQL text.
+//! escaped. Everything reaches the database as a bound parameter, never as SQL text.
+//!
+//! On PostgreSQL the same terms run against the trigram arrays the host stores with each message
+//! and note (`grams`, see `grams`): a long term matches a row whose array holds all the term's
+//! trigrams (a GIN index lookup) and whose text holds the term; its score counts the terms a row
+//! matches, shorter texts first (lower is better, as bm25's).
 
-use crate::sql::Query;
+use crate::grams::trigrams;
+use crate::sql::{Dialect, Query};
 
 /// Characters that separate terms besides whitespace.
 const SEPARATORS: &[char] = &[',', ';', '|', '，', '、', '；', '。'];
@@ -23,9 +29,20 @@ pub(crate) struct TextQuery {
     pub fts: Option<String>,
     /// Short terms as escaped `LIKE` patterns.
     pub likes: Vec<String>,
+    /// The long terms, lowercased (PostgreSQL's search).
+    pub long: Vec<String>,
+    pub dialect: Dialect,
 }
 
 impl TextQuery {
+    /// Parses `query` for a connection speaking `dialect`.
+    pub(crate) fn parse_for(query: &str, dialect: Dialect) -> Self {
+        TextQuery {
+            dialect,
+            ..Self::parse(query)
+        }
+    }
+
     pub(crate) fn parse(query: &str) -> Self {
         let mut terms: Vec<&str> = Vec::new();
         for term in query
@@ -48,6 +65,8 @@ impl TextQuery {
         TextQuery {
             fts,
             likes: short.into_iter().map(like_pattern).collect(),
+            long: long.iter().map(|term| term.to_lowercase()).collect(),
+            dialect: Dialect::Sqlite,
         }
     }
 
@@ -56,7 +75,7 @@ impl TextQuery {
         self.fts.is_none() && self.likes.is_empty()
     }
 
-    /// Pushes `(id IN fts-match OR text LIKE … )` for a table and its FTS index; pushes `1` for
+    /// Pushes `(id IN fts-match OR text LIKE … )` for a table and its FTS index; pushes `TRUE` for
     /// an empty query.
     pub(crate) fn push_condition(
         &self,
@@ -66,12 +85,21 @@ impl TextQuery {
         text_column: &str,
     ) {
         if self.is_empty() {
-            qb.push("1");
+            qb.push("TRUE");
             return;
         }
         qb.push("(");
         let mut first = true;
-        if let Some(fts) = &self.fts {
+        if self.dialect == Dialect::Postgres && !self.long.is_empty() {
+            qb.push(format_args!(
+                "{id_column} IN (SELECT {id} FROM {table} WHERE ",
+                id = index.id_column,
+                table = index.table
+            ));
+            self.push_gram_matches(qb, false);
+            qb.push(")");
+            first = false;
+        } else if let Some(fts) = &self.fts {
             qb.push(format_args!(
                 "{id_column} IN (SELECT rowid FROM {fts_table} WHERE {fts_table} MATCH ",
                 fts_table = index.fts_table
@@ -84,7 +112,7 @@ impl TextQuery {
             if !first {
                 qb.push(" OR ");
             }
-            qb.push(format_args!("{text_column} LIKE "));
+            qb.push(format_args!("{text_column} {} ", self.like()));
             qb.push_bind(pattern.clone());
             qb.push(" ESCAPE '\\'");
             first = false;
@@ -99,7 +127,19 @@ impl TextQuery {
     /// Must not be called for an empty query.
     pub(crate) fn push_ranked_hits(&self, qb: &mut Query, index: &FtsIndex) {
         let mut first = true;
-        if let Some(fts) = &self.fts {
+        if self.dialect == Dialect::Postgres && !self.long.is_empty() {
+            qb.push(format_args!(
+                "SELECT {id} AS id, CAST(-(",
+                id = index.id_column
+            ));
+            self.push_gram_matches(qb, true);
+            qb.push(format_args!(
+                ") AS DOUBLE PRECISION) / ln(2 + length(text)) AS score FROM {table} WHERE ",
+                table = index.table
+            ));
+            self.push_gram_matches(qb, false);
+            first = false;
+        } else if let Some(fts) = &self.fts {
             qb.push(format_args!(
                 "SELECT rowid AS id, rank AS score FROM {fts_table} WHERE {fts_table} MATCH ",
                 fts_table = index.fts_table
@@ -112,7 +152,7 @@ impl TextQuery {
                 qb.push(" UNION ALL ");
             }
             qb.push(format_args!(
-                "SELECT {id} AS id, NULL AS score FROM {table} WHERE ",
+                "SELECT {id} AS id, CAST(NULL AS DOUBLE PRECISION) AS score FROM {table} WHERE ",
                 id = index.id_column,
                 table = index.table
             ));
@@ -120,10 +160,42 @@ impl TextQuery {
                 if position > 0 {
                     qb.push(" OR ");
                 }
-                qb.push("text LIKE ");
+                qb.push(format_args!("text {} ", self.like()));
                 qb.push_bind(pattern.clone());
                 qb.push(" ESCAPE '\\'");
             }
+        }
+    }
+}
+
+impl TextQuery {
+    /// LIKE's case-insensitive form (SQLite's `LIKE` already is, for ASCII).
+    fn like(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Sqlite => "LIKE",
+            Dialect::Postgres => "ILIKE",
+        }
+    }
+
+    /// One condition per long term (PostgreSQL): joined by ` OR ` ("any term matches"), or
+    /// with `count`, each as 1 or 0 joined by ` + ` (how many terms match).
+    fn push_gram_matches(&self, qb: &mut Query, count: bool) {
+        let (joiner, open, close) = if count {
+            (" + ", "CAST(", " AS INTEGER)")
+        } else {
+            (" OR ", "", "")
+        };
+        for (position, term) in self.long.iter().enumerate() {
+            if position > 0 {
+                qb.push(joiner);
+            }
+            qb.push(open);
+            qb.push("(grams @> ");
+            qb.push_bind(trigrams(term));
+            qb.push(" AND strpos(lower(text), ");
+            qb.push_bind(term.clone());
+            qb.push(") > 0)");
+            qb.push(close);
         }
     }
 }

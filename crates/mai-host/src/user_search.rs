@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
+use crate::sql::Connection;
 use mai_core::host::{HostError, StreamInfo, UserQuery};
-use rusqlite::Connection;
 
 use crate::sql::Query;
 

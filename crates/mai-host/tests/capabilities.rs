@@ -1,6 +1,7 @@
 //! send_text and channels, jargon, context notes, persona, frequency and plugin APIs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use common::{RecordingChannel, at, group_msg, host, host_with, private_msg};
@@ -12,7 +13,7 @@ fn sid(id: &str) -> StreamId {
     StreamId::new(id).unwrap()
 }
 
-#[tokio::test]
+on_both_backends! {
 async fn send_text_without_a_channel_is_rejected_and_not_stored() {
     let t = host().await;
     t.host
@@ -43,7 +44,6 @@ async fn send_text_without_a_channel_is_rejected_and_not_stored() {
     assert!(err.to_string().contains("no such stream"), "{err}");
 }
 
-#[tokio::test]
 async fn send_text_through_a_channel_stores_the_bot_message() {
     let t = host_with(EmbeddedConfig {
         persona: Persona {
@@ -115,7 +115,6 @@ async fn send_text_through_a_channel_stores_the_bot_message() {
     ));
 }
 
-#[tokio::test]
 async fn jargon_of_the_stream_and_global_terms_that_occur_in_the_text() {
     let t = host().await;
     let g42 = sid("qq:group:42");
@@ -168,7 +167,6 @@ async fn jargon_of_the_stream_and_global_terms_that_occur_in_the_text() {
     );
 }
 
-#[tokio::test]
 async fn append_context_is_stored_per_stream_and_listed() {
     let t = host().await;
     let g42 = sid("qq:group:42");
@@ -205,7 +203,6 @@ async fn append_context_is_stored_per_stream_and_listed() {
     );
 }
 
-#[tokio::test]
 async fn persona_comes_from_the_config() {
     assert_eq!(host().await.host.persona().await, Persona::default());
     let persona = Persona {
@@ -221,7 +218,6 @@ async fn persona_comes_from_the_config() {
     assert_eq!(t.host.persona().await, persona);
 }
 
-#[tokio::test]
 async fn talk_frequency_and_the_absent_plugin_apis() {
     let t = host().await;
     let g42 = sid("qq:group:42");
@@ -239,4 +235,5 @@ async fn talk_frequency_and_the_absent_plugin_apis() {
             .await
             .is_err()
     );
+}
 }

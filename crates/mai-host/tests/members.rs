@@ -2,6 +2,7 @@
 //! asks the embedded host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use common::{RecordingChannel, at, group_msg, host, private_msg};
@@ -17,7 +18,51 @@ fn person(id: &str) -> PersonId {
     id.parse().unwrap()
 }
 
+/// A database written by a build before membership was recorded: opening it records everyone who
+/// had written in a group, and not the bot.
 #[tokio::test]
+async fn upgrading_records_everyone_already_seen_writing() {
+    use sha2::Digest as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.db");
+    // Schema version 1 as that build left it: its script, and its record with sqlx's layout.
+    let first = include_str!("../migrations/0001_host.sql");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(first).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE _mai_host_migrations (version BIGINT PRIMARY KEY, \
+         description TEXT NOT NULL, installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, \
+         success BOOLEAN NOT NULL, checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .unwrap();
+    let checksum = sha2::Sha384::digest(first.as_bytes()).to_vec();
+    conn.execute(
+        "INSERT INTO _mai_host_migrations (version, description, success, checksum, \
+         execution_time) VALUES (1, 'host', 1, ?, 0)",
+        [checksum],
+    )
+    .unwrap();
+    for statement in [
+        "INSERT INTO host_streams VALUES ('qq:group:42', 'qq', 'group', '42', 'g', 1)",
+        "INSERT INTO host_messages (stream_id, user_id, sender_name, text, at, is_bot) \
+         VALUES ('qq:group:42', '1001', '小明', 'hi', 1, 0), \
+                ('qq:group:42', 'self', 'mai', 'hello', 2, 1)",
+    ] {
+        conn.execute_batch(statement).unwrap();
+    }
+    drop(conn);
+
+    let host = EmbeddedHost::open(&path, EmbeddedConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(host.schema_version().await.unwrap(), 2);
+    let group = sid("qq:group:42");
+    assert!(host.is_member(&person("qq:1001"), &group).await.unwrap());
+    assert!(!host.is_member(&person("qq:self"), &group).await.unwrap());
+}
+
+on_both_backends! {
 async fn a_person_belongs_to_the_groups_they_wrote_in_and_to_their_own_private_chat_only() {
     let t = host().await;
     let group = t
@@ -77,7 +122,6 @@ async fn a_person_belongs_to_the_groups_they_wrote_in_and_to_their_own_private_c
     assert!(!member("qq:self", group).await);
 }
 
-#[tokio::test]
 async fn a_message_written_into_someone_elses_private_chat_does_not_make_its_sender_a_member() {
     let t = host().await;
     let bob = t
@@ -96,7 +140,6 @@ async fn a_message_written_into_someone_elses_private_chat_does_not_make_its_sen
     assert!(t.host.is_member(&person("qq:2002"), &bob).await.unwrap());
 }
 
-#[tokio::test]
 async fn a_known_member_who_never_wrote_belongs_to_the_group() {
     let t = host().await;
     let group = t
@@ -131,7 +174,6 @@ async fn a_known_member_who_never_wrote_belongs_to_the_group() {
     assert!(!t.host.is_member(&carol, &private).await.unwrap());
 }
 
-#[tokio::test]
 async fn display_names_are_the_latest_an_account_used() {
     let t = host().await;
     let alice = person("qq:1002");
@@ -157,47 +199,4 @@ async fn display_names_are_the_latest_an_account_used() {
         None
     );
 }
-
-/// A database written by a build before membership was recorded: opening it records everyone who
-/// had written in a group, and not the bot.
-#[tokio::test]
-async fn upgrading_records_everyone_already_seen_writing() {
-    use sha2::Digest as _;
-
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("host.db");
-    // Schema version 1 as that build left it: its script, and its record with sqlx's layout.
-    let first = include_str!("../migrations/0001_host.sql");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(first).unwrap();
-    conn.execute_batch(
-        "CREATE TABLE _mai_host_migrations (version BIGINT PRIMARY KEY, \
-         description TEXT NOT NULL, installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, \
-         success BOOLEAN NOT NULL, checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
-    )
-    .unwrap();
-    let checksum = sha2::Sha384::digest(first.as_bytes()).to_vec();
-    conn.execute(
-        "INSERT INTO _mai_host_migrations (version, description, success, checksum, \
-         execution_time) VALUES (1, 'host', 1, ?, 0)",
-        [checksum],
-    )
-    .unwrap();
-    for statement in [
-        "INSERT INTO host_streams VALUES ('qq:group:42', 'qq', 'group', '42', 'g', 1)",
-        "INSERT INTO host_messages (stream_id, user_id, sender_name, text, at, is_bot) \
-         VALUES ('qq:group:42', '1001', '小明', 'hi', 1, 0), \
-                ('qq:group:42', 'self', 'mai', 'hello', 2, 1)",
-    ] {
-        conn.execute_batch(statement).unwrap();
-    }
-    drop(conn);
-
-    let host = EmbeddedHost::open(&path, EmbeddedConfig::default())
-        .await
-        .unwrap();
-    assert_eq!(host.schema_version().await.unwrap(), 2);
-    let group = sid("qq:group:42");
-    assert!(host.is_member(&person("qq:1001"), &group).await.unwrap());
-    assert!(!host.is_member(&person("qq:self"), &group).await.unwrap());
 }

@@ -2,6 +2,7 @@
 //! the filters, and hostile query text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use common::{TestHost, at, group_msg, host, private_msg};
@@ -91,7 +92,7 @@ fn texts(items: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+on_both_backends! {
 async fn chinese_and_english_full_text_search() {
     let t = seeded().await;
     let found = run(&t, &query("数据库迁移", MemoryMode::Search)).await;
@@ -142,7 +143,6 @@ async fn chinese_and_english_full_text_search() {
     );
 }
 
-#[tokio::test]
 async fn hybrid_mode_lets_a_newer_match_overtake_a_better_older_one() {
     let t = seeded().await;
     let search = run(&t, &query("migration", MemoryMode::Search)).await;
@@ -174,7 +174,6 @@ async fn hybrid_mode_lets_a_newer_match_overtake_a_better_older_one() {
     );
 }
 
-#[tokio::test]
 async fn time_mode_returns_the_window_oldest_first() {
     let t = seeded().await;
     let mut q = query("", MemoryMode::Time);
@@ -213,7 +212,6 @@ async fn time_mode_returns_the_window_oldest_first() {
     );
 }
 
-#[tokio::test]
 async fn episode_mode_returns_the_bursts_around_matches() {
     let t = seeded().await;
     let mut q = query("备份", MemoryMode::Episode);
@@ -260,7 +258,6 @@ async fn episode_mode_returns_the_bursts_around_matches() {
     );
 }
 
-#[tokio::test]
 async fn aggregate_mode_counts_instead_of_listing() {
     let t = seeded().await;
     let mut q = query("", MemoryMode::Aggregate);
@@ -296,7 +293,6 @@ async fn aggregate_mode_counts_instead_of_listing() {
     );
 }
 
-#[tokio::test]
 async fn filters_person_stream_and_time_apply_to_every_mode() {
     let t = seeded().await;
     t.host.add_alias("Alice", "爱丽丝").await.unwrap();
@@ -343,7 +339,6 @@ async fn filters_person_stream_and_time_apply_to_every_mode() {
     );
 }
 
-#[tokio::test]
 async fn hostile_query_text_never_errors() {
     let t = seeded().await;
     let hostile = [
@@ -412,4 +407,5 @@ async fn hostile_query_text_never_errors() {
         6,
         "nothing was dropped"
     );
+}
 }

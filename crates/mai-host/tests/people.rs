@@ -1,72 +1,13 @@
 //! People (names, aliases, linked accounts) and `search_users`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use common::{TestHost, at, group_msg, host, private_msg};
 use mai_core::host::{Host, UserQuery};
 use mai_core::ids::PersonId;
 use mai_host::{IncomingMessage, NewPerson};
-
-#[tokio::test]
-async fn find_person_by_exact_name_or_alias_only() {
-    let t = host().await;
-    let added = t
-        .host
-        .add_person(&NewPerson {
-            name: "小明".into(),
-            aliases: vec!["明哥".into()],
-            notes: vec!["喜欢 Rust".into()],
-            ..NewPerson::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(added.aliases, ["明哥"]);
-    let by_alias = t.host.find_person("明哥").await.unwrap().unwrap();
-    assert_eq!(by_alias, added);
-    assert_eq!(by_alias.notes, ["喜欢 Rust"]);
-    assert!(
-        t.host.find_person("小").await.unwrap().is_none(),
-        "exact only"
-    );
-    assert!(t.host.add_alias("nobody", "x").await.is_err());
-    t.host.add_alias("明哥", "Ming").await.unwrap();
-    assert_eq!(
-        t.host.find_person("Ming").await.unwrap().unwrap().name,
-        "小明"
-    );
-}
-
-#[tokio::test]
-async fn linking_an_account_merges_the_person_created_from_its_messages() {
-    let t = host().await;
-    t.host
-        .ingest_message(&group_msg(
-            "42",
-            "1001",
-            "xm_nick",
-            "hi",
-            at(2024, 5, 1, 9, 0),
-        ))
-        .await
-        .unwrap();
-    let linked = t
-        .host
-        .add_person(&NewPerson {
-            name: "小明".into(),
-            accounts: vec![PersonId::new("qq", "1001").unwrap()],
-            ..NewPerson::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(linked.accounts, vec![("qq".to_owned(), "1001".to_owned())]);
-    assert_eq!(linked.aliases, ["xm_nick"], "the old name became an alias");
-    let found = t.host.find_person("xm_nick").await.unwrap().unwrap();
-    assert_eq!(
-        found.name, "小明",
-        "no orphan person is left under the old name"
-    );
-}
 
 /// qq groups 42 `【技术】交流群` and 43 `闲聊群`, a telegram group `Rust 技术`, a private chat
 /// with Alice (alias 爱丽丝) and 小明, who has only spoken in a group.
@@ -109,7 +50,65 @@ async fn hit_ids(t: &TestHost, query: &UserQuery) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+on_both_backends! {
+async fn find_person_by_exact_name_or_alias_only() {
+    let t = host().await;
+    let added = t
+        .host
+        .add_person(&NewPerson {
+            name: "小明".into(),
+            aliases: vec!["明哥".into()],
+            notes: vec!["喜欢 Rust".into()],
+            ..NewPerson::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(added.aliases, ["明哥"]);
+    let by_alias = t.host.find_person("明哥").await.unwrap().unwrap();
+    assert_eq!(by_alias, added);
+    assert_eq!(by_alias.notes, ["喜欢 Rust"]);
+    assert!(
+        t.host.find_person("小").await.unwrap().is_none(),
+        "exact only"
+    );
+    assert!(t.host.add_alias("nobody", "x").await.is_err());
+    t.host.add_alias("明哥", "Ming").await.unwrap();
+    assert_eq!(
+        t.host.find_person("Ming").await.unwrap().unwrap().name,
+        "小明"
+    );
+}
+
+async fn linking_an_account_merges_the_person_created_from_its_messages() {
+    let t = host().await;
+    t.host
+        .ingest_message(&group_msg(
+            "42",
+            "1001",
+            "xm_nick",
+            "hi",
+            at(2024, 5, 1, 9, 0),
+        ))
+        .await
+        .unwrap();
+    let linked = t
+        .host
+        .add_person(&NewPerson {
+            name: "小明".into(),
+            accounts: vec![PersonId::new("qq", "1001").unwrap()],
+            ..NewPerson::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(linked.accounts, vec![("qq".to_owned(), "1001".to_owned())]);
+    assert_eq!(linked.aliases, ["xm_nick"], "the old name became an alias");
+    let found = t.host.find_person("xm_nick").await.unwrap().unwrap();
+    assert_eq!(
+        found.name, "小明",
+        "no orphan person is left under the old name"
+    );
+}
+
 async fn search_users_tolerates_filler_and_ors_keywords() {
     let t = chats().await;
     let mut tech = hit_ids(&t, &keywords(&["技术 群"])).await;
@@ -154,7 +153,6 @@ async fn search_users_tolerates_filler_and_ors_keywords() {
     assert_eq!(alice, ["qq:1002", "qq:group:44"]);
 }
 
-#[tokio::test]
 async fn search_users_filters_by_chat_type_platform_and_limit() {
     let t = chats().await;
     let mut qq_only = keywords(&["技术"]);
@@ -186,7 +184,6 @@ async fn search_users_filters_by_chat_type_platform_and_limit() {
     assert_eq!(hit_ids(&t, &everything).await.len(), 5);
 }
 
-#[tokio::test]
 async fn a_person_seen_only_in_groups_is_found_as_a_private_target() {
     let t = chats().await;
     let mut query = keywords(&["小明"]);
@@ -207,4 +204,5 @@ async fn a_person_seen_only_in_groups_is_found_as_a_private_target() {
         hits,
         "searching again finds the same stream"
     );
+}
 }

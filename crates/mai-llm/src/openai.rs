@@ -308,7 +308,20 @@ pub(crate) fn parse_usage(raw: Option<&Value>) -> Option<Usage> {
         // Saturating: the counts are the provider's word, and an absurd pair must not overflow.
         total_tokens: field("total_tokens")
             .unwrap_or(prompt_tokens.saturating_add(completion_tokens)),
+        cached_tokens: cached_tokens(usage).min(prompt_tokens),
     })
+}
+
+/// The prompt tokens served from the provider's cache: OpenAI's
+/// `prompt_tokens_details.cached_tokens`, or DeepSeek's `prompt_cache_hit_tokens`; 0 when
+/// neither is sent.
+fn cached_tokens(usage: &Value) -> u64 {
+    usage
+        .get("prompt_tokens_details")
+        .and_then(|details| details.get("cached_tokens"))
+        .or_else(|| usage.get("prompt_cache_hit_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
 }
 
 /// At most this many characters of a provider's error message are kept.
@@ -428,6 +441,21 @@ mod tests {
 
     /// Regression: `prompt_tokens + completion_tokens` overflowed (a panic in debug builds, and
     /// in the fuzz build) when a body gave both near `u64::MAX` and no total.
+    #[test]
+    fn cached_prompt_tokens_are_read_from_either_dialect() {
+        let openai = parse_usage(Some(&json!({
+            "prompt_tokens": 100, "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 60}
+        })))
+        .unwrap();
+        assert_eq!(openai.cached_tokens, 60);
+        let deepseek = parse_usage(Some(&json!({
+            "prompt_tokens": 100, "completion_tokens": 5, "prompt_cache_hit_tokens": 30
+        })))
+        .unwrap();
+        assert_eq!(deepseek.cached_tokens, 30);
+    }
+
     #[test]
     fn absurd_usage_counts_do_not_overflow() {
         let usage = parse_usage(Some(&json!({

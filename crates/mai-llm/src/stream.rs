@@ -388,7 +388,8 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 3,
                 completion_tokens: 1,
-                total_tokens: 4
+                total_tokens: 4,
+                cached_tokens: 0,
             })
         );
         assert_eq!(deltas, vec![StreamDelta::Text("héllo".into())]);

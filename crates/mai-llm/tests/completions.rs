@@ -40,7 +40,8 @@ async fn text_answer_with_usage_is_returned() {
         Some(Usage {
             prompt_tokens: 9,
             completion_tokens: 2,
-            total_tokens: 11
+            total_tokens: 11,
+            cached_tokens: 0,
         })
     );
 }

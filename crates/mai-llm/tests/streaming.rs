@@ -76,7 +76,8 @@ async fn text_and_reasoning_deltas_arrive_in_order_and_assemble() {
         Some(Usage {
             prompt_tokens: 5,
             completion_tokens: 2,
-            total_tokens: 7
+            total_tokens: 7,
+            cached_tokens: 0,
         })
     );
     let body = &received_bodies(&server).await[0];

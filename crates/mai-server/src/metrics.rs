@@ -6,7 +6,8 @@
 //! decorator the binary wraps around the model before building the engine (which also records
 //! each call's outcome in the [`Health`] the metrics carry for `GET /v1/health`), and tasks by state
 //! are read through the task manager facade at scrape time (the store is the truth, events are
-//! best-effort). Must not: reach the store directly, or block the engine (a slow scrape never
+//! best-effort), as are the tokens, calls and cost by model and purpose (the engine's sums since
+//! start). Must not: reach the store directly, or block the engine (a slow scrape never
 //! holds up an event sender: the broadcast channel buffers).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -68,6 +69,28 @@ struct ModelLabels {
     outcome: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    purpose: String,
+    kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UsageLabels {
+    model: String,
+    purpose: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CostLabels {
+    model: String,
+    purpose: String,
+    currency: String,
+}
+
+type CostCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
 type HistogramFamily = Family<ModelLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -94,6 +117,10 @@ struct Inner {
     tool_calls: Family<ToolLabels, Counter>,
     planner_calls: Family<PlannerLabels, Counter>,
     model_latency: HistogramFamily,
+    /// Usage, brought up to the engine's sums at scrape time.
+    model_tokens: Family<TokenLabels, Counter>,
+    model_calls: Family<UsageLabels, Counter>,
+    model_cost: Family<CostLabels, CostCounter>,
     lagged: Counter,
     bridge_connected: Gauge,
     bridge_held: Gauge,
@@ -152,6 +179,25 @@ impl Metrics {
             "Model call latency, by purpose (agent, replyer, title) and outcome (ok or error)",
             model_latency.clone(),
         );
+        let model_tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "model_tokens",
+            "Model tokens since start, by model, purpose (agent, subagent, title, polish) and \
+             kind (prompt, completion, cached; cached is part of prompt)",
+            model_tokens.clone(),
+        );
+        let model_calls = Family::<UsageLabels, Counter>::default();
+        registry.register(
+            "model_calls",
+            "Answered model calls since start, by model and purpose",
+            model_calls.clone(),
+        );
+        let model_cost = Family::<CostLabels, CostCounter>::default();
+        registry.register(
+            "model_cost",
+            "Model cost since start from [prices], by model, purpose and currency",
+            model_cost.clone(),
+        );
         let lagged = Counter::default();
         registry.register(
             "events_missed",
@@ -180,6 +226,9 @@ impl Metrics {
                 tool_calls,
                 planner_calls,
                 model_latency,
+                model_tokens,
+                model_calls,
+                model_cost,
                 lagged,
                 bridge_connected,
                 bridge_held,
@@ -233,6 +282,7 @@ impl Metrics {
             feed.drain(self).await;
         }
         self.count_tasks(engine).await?;
+        self.count_usage(engine);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
             .map_err(|e| EngineError::Internal(format!("could not encode metrics: {e}")))?;
@@ -256,6 +306,43 @@ impl Metrics {
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         Ok(())
+    }
+
+    /// Brings the usage counters up to the engine's sums (they only grow).
+    fn count_usage(&self, engine: &Engine) {
+        let currency = engine.currency();
+        for (model, purpose, sums) in engine.usage_sums() {
+            let purpose = purpose.as_str().to_owned();
+            for (kind, figure) in [
+                ("prompt", sums.prompt_tokens),
+                ("completion", sums.completion_tokens),
+                ("cached", sums.cached_tokens),
+            ] {
+                let labels = TokenLabels {
+                    model: model.clone(),
+                    purpose: purpose.clone(),
+                    kind: kind.to_owned(),
+                };
+                let counter = self.inner.model_tokens.get_or_create(&labels);
+                counter.inc_by(figure.saturating_sub(counter.get()));
+            }
+            let labels = UsageLabels {
+                model: model.clone(),
+                purpose: purpose.clone(),
+            };
+            let calls = self.inner.model_calls.get_or_create(&labels);
+            calls.inc_by(sums.calls.saturating_sub(calls.get()));
+            let labels = CostLabels {
+                model,
+                purpose,
+                currency: currency.clone(),
+            };
+            let cost = self.inner.model_cost.get_or_create(&labels);
+            let more = sums.cost - cost.get();
+            if more > 0.0 {
+                cost.inc_by(more);
+            }
+        }
     }
 
     /// Sets the bridge gauges (the HTTP API reads the MaiBot host at scrape time).

@@ -25,6 +25,7 @@ mod schema;
 mod sqlite;
 mod status_log;
 mod storage;
+mod usage;
 mod without_field;
 mod write;
 mod writer;
@@ -32,10 +33,13 @@ mod writer;
 pub use backup::{BackupError, backup};
 pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
 pub use migrate::{MigrateError, Migration, Migrations};
-pub use postgres::{PgOptions, PgStore, connect_pool};
+pub use postgres::{
+    EngineClaim, PgOptions, PgStore, TaskRows, apply_migrations as migrate_postgres, connect_pool,
+    recorded_version as postgres_schema_version,
+};
 pub use read::AMBIGUOUS_LIMIT;
 pub use rusqlite;
 pub use sqlite::{ConnectionSettings, SqliteStore};
 pub use sqlx;
-pub use storage::{Location, Storage, Store};
+pub use storage::{Backend, Location, Storage, Store};
 pub use writer::{Session, WriteError, Writer};

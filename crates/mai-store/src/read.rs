@@ -206,6 +206,7 @@ pub(crate) struct CountKeys {
     pub(crate) stream: String,
     pub(crate) created_by: Option<String>,
     pub(crate) recurring: bool,
+    pub(crate) created_since: Option<String>,
 }
 
 impl CountKeys {
@@ -215,6 +216,7 @@ impl CountKeys {
             stream: query.stream.as_str().to_owned(),
             created_by: query.created_by.map(id_key),
             recurring: query.recurring,
+            created_since: query.created_since.map(crate::codec::time_text),
         }
     }
 }
@@ -250,13 +252,24 @@ pub(crate) fn count_tasks(
         unfinished!(),
         " AND ",
         cron!(),
-        ") ELSE 0 END, (SELECT count(*) FROM tasks WHERE created_by = ?3)"
+        ") ELSE 0 END, (SELECT count(*) FROM tasks WHERE created_by = ?3), ",
+        // The daily task budgets: tasks created since the day began, reply tasks excepted.
+        "CASE WHEN ?5 IS NULL THEN 0 ELSE (SELECT count(*) FROM tasks WHERE requester = ?1 \
+         AND created_at >= ?5 AND json_extract(record, '$.metadata.is_reply') IS NOT 1) END, ",
+        "CASE WHEN ?5 IS NULL THEN 0 ELSE (SELECT count(*) FROM tasks WHERE stream_id = ?2 \
+         AND created_at >= ?5 AND json_extract(record, '$.metadata.is_reply') IS NOT 1) END"
     );
     const DOING: &str = "counting tasks";
     let mut select = connection.prepare_cached(SQL).map_err(db(DOING))?;
-    let figures: [i64; 5] = select
+    let figures: [i64; 7] = select
         .query_row(
-            params![keys.requester, keys.stream, keys.created_by, keys.recurring],
+            params![
+                keys.requester,
+                keys.stream,
+                keys.created_by,
+                keys.recurring,
+                keys.created_since
+            ],
             |row| {
                 Ok([
                     row.get(0)?,
@@ -264,6 +277,8 @@ pub(crate) fn count_tasks(
                     row.get(2)?,
                     row.get(3)?,
                     row.get(4)?,
+                    row.get(5)?,
+                    row.get(6)?,
                 ])
             },
         )
@@ -275,6 +290,8 @@ pub(crate) fn count_tasks(
         recurring_by_requester: figure(figures[2]),
         recurring_in_stream: figure(figures[3]),
         children: figure(figures[4]),
+        created_by_requester_since: figure(figures[5]),
+        created_in_stream_since: figure(figures[6]),
     })
 }
 

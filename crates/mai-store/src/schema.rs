@@ -22,5 +22,10 @@ pub(crate) static TASKS: Migrations = Migrations {
             description: "requester",
             sql: include_str!("../migrations/0003_requester.sql"),
         },
+        Migration {
+            version: 4,
+            description: "usage",
+            sql: include_str!("../migrations/0004_usage.sql"),
+        },
     ],
 };

@@ -11,6 +11,7 @@ use mai_core::store::{
     TaskCounts, TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
+use mai_core::usage::{UsageQuery, UsageTotals};
 
 use crate::database::{Database, OpenError, SqliteOptions};
 use crate::error::{closed, db, write_failed};
@@ -242,6 +243,24 @@ impl TaskStore for SqliteStore {
             .await
     }
 
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[mai_core::usage::UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        let save = Encoded::encode(&TaskWrite::Save {
+            task,
+            expected,
+            expected_question: None,
+            history,
+        })?;
+        let usage = Encoded::encode(&TaskWrite::Usage(usage))?;
+        self.run_writes(vec![save, usage], "checkpointing a task")
+            .await
+    }
+
     async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError> {
         let encoded = writes
             .iter()
@@ -293,6 +312,15 @@ impl TaskStore for SqliteStore {
         let query = read::CountKeys::of(query);
         self.read("counting tasks", move |c| read::count_tasks(c, &query))
             .await
+    }
+
+    async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageTotals>, StoreError> {
+        // Without a grouping the aggregate has exactly one row, zero when nothing matched.
+        let query = query.clone();
+        self.read("summing usage", move |c| {
+            crate::usage::usage_totals(c, &query)
+        })
+        .await
     }
 
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {

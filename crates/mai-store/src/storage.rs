@@ -1,12 +1,8 @@
 //! [`Storage`]: the databases a command runs on, opened from where `[storage] url` points — a
 //! SQLite file or a PostgreSQL database — and [`Store`], the task store on either. Above this
 //! crate nothing knows which backend it has: the engine and the server get a `TaskStore`, the
-//! retention job [`Store::prune_finished`], the embedded host a [`Database`].
-//!
-//! With PostgreSQL the tasks (records, status logs, histories) live in the database; the
-//! embedded host's chat tables stay in a SQLite file of the data directory for now (its
-//! PostgreSQL tables do not exist yet), so instances sharing one database do not share chat
-//! history. Must not: know task semantics or any component's tables.
+//! retention job [`Store::prune_finished`], the embedded host a [`Backend`] to keep its tables in
+//! (the same database as the tasks). Must not: know task semantics or any component's tables.
 
 use std::path::PathBuf;
 
@@ -19,7 +15,7 @@ use mai_core::store::{
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 
 use crate::database::{Database, SqliteOptions};
-use crate::postgres::{PgOptions, PgStore};
+use crate::postgres::{EngineClaim, PgOptions, PgStore};
 use crate::sqlite::SqliteStore;
 
 /// Where the databases are.
@@ -30,14 +26,8 @@ pub enum Location {
         path: PathBuf,
         options: SqliteOptions,
     },
-    /// The tasks in PostgreSQL (`url` may hold a password: never shown); the chat tables in the
-    /// SQLite file `chats`.
-    Postgres {
-        url: String,
-        options: PgOptions,
-        chats: PathBuf,
-        chat_options: SqliteOptions,
-    },
+    /// A PostgreSQL database (`url` may hold a password: never shown).
+    Postgres { url: String, options: PgOptions },
 }
 
 impl std::fmt::Debug for Location {
@@ -63,12 +53,18 @@ pub enum Store {
     Postgres(PgStore),
 }
 
-/// The opened databases: the task store, and the database the embedded host keeps its tables
-/// in (the same file as the tasks on SQLite).
+/// An opened database other components keep their tables in, beside the tasks.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Sqlite(Database),
+    Postgres(sqlx::PgPool),
+}
+
+/// The opened database: the task store, and the same database for the embedded host's tables.
 #[derive(Debug, Clone)]
 pub struct Storage {
     pub store: Store,
-    pub host_database: Database,
+    pub host: Backend,
 }
 
 fn opening(doing: &'static str) -> impl FnOnce(crate::database::OpenError) -> StoreError {
@@ -89,22 +85,15 @@ impl Storage {
                 let store = SqliteStore::on(db.clone()).await?;
                 Ok(Storage {
                     store: Store::Sqlite(store),
-                    host_database: db,
+                    host: Backend::Sqlite(db),
                 })
             }
-            Location::Postgres {
-                url,
-                options,
-                chats,
-                chat_options,
-            } => {
+            Location::Postgres { url, options } => {
                 let store = PgStore::connect_with(url, options).await?;
-                let host_database = Database::open(chats, chat_options)
-                    .await
-                    .map_err(opening("opening the chat tables' file"))?;
+                let host = Backend::Postgres(store.pool().clone());
                 Ok(Storage {
                     store: Store::Postgres(store),
-                    host_database,
+                    host,
                 })
             }
         }
@@ -124,6 +113,16 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.prune_finished(before).await,
             Store::Postgres(store) => store.prune_finished(before).await,
+        }
+    }
+
+    /// Takes what lets one engine run on this database: nothing on SQLite (the data
+    /// directory's lock already does it), the engine lock on PostgreSQL; refused while another
+    /// engine holds it. Keep the claim for as long as the engine runs.
+    pub async fn claim_engine(&self) -> Result<Option<EngineClaim>, StoreError> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(store) => store.claim_engine().await.map(Some),
         }
     }
 
@@ -194,6 +193,25 @@ impl TaskStore for Store {
 
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
         self.inner().list_active().await
+    }
+
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[mai_core::usage::UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner()
+            .checkpoint_with_usage(task, expected, history, usage)
+            .await
+    }
+
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        self.inner().usage(query).await
     }
 
     async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError> {

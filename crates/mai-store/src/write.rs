@@ -114,6 +114,7 @@ pub(crate) struct SaveRows {
 pub(crate) enum Encoded {
     InsertIfAbsent(NewRow),
     Save(SaveRows),
+    Usage(Vec<crate::usage::UsageRow>),
 }
 
 impl Encoded {
@@ -133,6 +134,7 @@ impl Encoded {
                 log: task.status_log.iter().map(LogLine::encode).collect(),
                 history: encode_history(task.id, history)?,
             }),
+            TaskWrite::Usage(records) => Encoded::Usage(crate::usage::encode_usage(records)),
         })
     }
 }
@@ -153,6 +155,7 @@ pub(crate) fn write_all(
                     return Err(Failure::Conflict(conflict));
                 }
             }
+            Encoded::Usage(rows) => crate::usage::insert_usage(connection, rows, doing)?,
         }
     }
     Ok(())

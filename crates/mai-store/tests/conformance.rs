@@ -91,6 +91,7 @@ conformance!(
     the_caps_count_unfinished_and_recurring_tasks_and_children,
     concurrent_creations_on_two_instances_never_pass_a_cap_together,
     an_update_on_one_instance_races_a_cancel_on_another_cleanly,
+    usage_rides_on_a_checkpoint_and_sums_by_group_and_time,
 );
 
 async fn a_full_record_round_trips_exactly(b: Backend) {
@@ -524,6 +525,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children(b: Backend) 
         stream: &stream("s1"),
         created_by: Some(parent.id),
         recurring: true,
+        created_since: Some(at(5)),
     };
     let counts = b.other.counts(&query).await.unwrap();
     assert_eq!(
@@ -536,6 +538,10 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children(b: Backend) 
             recurring_by_requester: 1,
             recurring_in_stream: 1,
             children: 3,
+            // created at 5 s or later, the reply not counted: 3 children and elsewhere
+            created_by_requester_since: 4,
+            // the same but elsewhere
+            created_in_stream_since: 3,
         }
     );
 }
@@ -557,6 +563,7 @@ async fn concurrent_creations_on_two_instances_never_pass_a_cap_together(b: Back
                 stream: &record.stream_id,
                 created_by: None,
                 recurring: false,
+                created_since: None,
             };
             let admit = Box::new(|counts: &TaskCounts| {
                 if counts.unfinished_by_requester < CAP {
@@ -623,4 +630,107 @@ async fn an_update_on_one_instance_races_a_cancel_on_another_cleanly(b: Backend)
             other => panic!("both or neither won: {other:?}"),
         }
     }
+}
+
+fn usage_record(
+    task: Option<TaskId>,
+    model: &str,
+    purpose: mai_core::usage::UsagePurpose,
+    tokens: (u64, u64, u64),
+    minute: i64,
+) -> mai_core::usage::UsageRecord {
+    let at = common::at(minute * 60);
+    mai_core::usage::UsageRecord {
+        at,
+        day: at.date_naive(),
+        task_id: task,
+        round: 1,
+        purpose,
+        model: model.to_owned(),
+        prompt_tokens: tokens.0,
+        completion_tokens: tokens.1,
+        cached_tokens: tokens.2,
+        estimated: model == "guess",
+        latency_ms: 5,
+        owner: "qq:1".to_owned(),
+        requester: Some("qq:1".to_owned()),
+        stream_id: "s1".to_owned(),
+        cost: (model == "priced").then_some(0.25),
+    }
+}
+
+async fn usage_rides_on_a_checkpoint_and_sums_by_group_and_time(b: Backend) {
+    use mai_core::usage::{UsageGroup, UsagePurpose, UsageQuery};
+    let mut task = task("spends", 0);
+    b.store.insert(&task).await.unwrap();
+    task.metadata.history_len = 1;
+    let spent = [
+        usage_record(
+            Some(task.id),
+            "priced",
+            UsagePurpose::Agent,
+            (100, 10, 40),
+            1,
+        ),
+        usage_record(Some(task.id), "guess", UsagePurpose::Polish, (7, 3, 0), 2),
+    ];
+    let history = [common::message(1, "round")];
+    let outcome = b
+        .store
+        .checkpoint_with_usage(&task, Some(task.status), &history, &spent)
+        .await
+        .unwrap();
+    assert_eq!(outcome, SaveOutcome::Saved);
+    let title = usage_record(None, "priced", UsagePurpose::Title, (5, 1, 0), 3);
+    b.other.record_usage(&[title]).await.unwrap();
+
+    let total = b.other.usage(&UsageQuery::default()).await.unwrap();
+    assert_eq!(total.len(), 1);
+    let total = &total[0];
+    assert_eq!(
+        (
+            total.prompt_tokens,
+            total.completion_tokens,
+            total.cached_tokens
+        ),
+        (112, 14, 40)
+    );
+    assert_eq!((total.calls, total.estimated_calls), (3, 1));
+    assert!((total.cost - 0.5).abs() < 1e-9, "{}", total.cost);
+
+    let by_model = UsageQuery {
+        group_by: Some(UsageGroup::Model),
+        ..UsageQuery::default()
+    };
+    let keys: Vec<_> = b.store.usage(&by_model).await.unwrap();
+    let keys: Vec<_> = keys.iter().map(|t| (t.key.clone(), t.calls)).collect();
+    assert_eq!(
+        keys,
+        [
+            (Some("guess".to_owned()), 1),
+            (Some("priced".to_owned()), 2)
+        ]
+    );
+    let of_task = UsageQuery {
+        task: Some(task.id),
+        since: Some(common::at(90)),
+        ..UsageQuery::default()
+    };
+    let late = b.store.usage(&of_task).await.unwrap();
+    assert_eq!(
+        (late[0].calls, late[0].prompt_tokens),
+        (1, 7),
+        "the polish only"
+    );
+    let by_task = UsageQuery {
+        group_by: Some(UsageGroup::Task),
+        ..UsageQuery::default()
+    };
+    let tasks = b.store.usage(&by_task).await.unwrap();
+    assert!(
+        tasks
+            .iter()
+            .any(|t| t.key.as_deref() == Some(task.id.to_string().as_str()) && t.calls == 2),
+        "{tasks:?}"
+    );
 }

@@ -134,7 +134,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     assert!(
         message.contains("schema version 7")
             && message.contains("newer")
-            && message.contains("(3)"),
+            && message.contains("(4)"),
         "{message}"
     );
     assert!(

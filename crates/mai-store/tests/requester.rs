@@ -109,6 +109,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
             stream: &stream("s1"),
             created_by: Some(parent.id),
             recurring: true,
+            created_since: None,
         })
         .await
         .unwrap();
@@ -122,6 +123,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
             recurring_by_requester: 1,
             recurring_in_stream: 1,
             children: 3,
+            ..TaskCounts::default()
         }
     );
     // Not asked for the recurring figures (the new task is not recurring): they are 0, the
@@ -133,6 +135,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
             stream: &stream("s1"),
             created_by: Some(parent.id),
             recurring: false,
+            created_since: None,
         })
         .await
         .unwrap();
@@ -151,6 +154,7 @@ async fn the_caps_count_unfinished_and_recurring_tasks_and_children() {
             stream: &stream("s3"),
             created_by: None,
             recurring: true,
+            created_since: None,
         })
         .await
         .unwrap();
@@ -201,6 +205,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
             stream: &stream("s1"),
             created_by: Some(parent.id),
             recurring: false,
+            created_since: None,
         })
         .await
         .unwrap();

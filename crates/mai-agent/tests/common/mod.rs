@@ -53,8 +53,10 @@ pub struct FakeModel<F: Fn(usize, &Value) -> Value + Send + Sync> {
 impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let body: Value = serde_json::from_slice(&request.body).unwrap();
-        let message = match body["model"].as_str().unwrap() {
+        let model = body["model"].as_str().unwrap();
+        let message = match model {
             "title-model" => json!({"role": "assistant", "content": "Test title"}),
+            "polish-model" => json!({"role": "assistant", "content": "Polished reply"}),
             _ => {
                 self.agent_calls.arrived();
                 let results = body["messages"]
@@ -70,9 +72,30 @@ impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
             "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
             "choices": [{"index": 0, "message": message,
                          "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
+            "usage": usage_of(model),
         }))
     }
 }
+
+/// The `usage` the fake model reports for each call of `model`: fixed figures, so tests can
+/// assert sums exactly ([`AGENT_USAGE`], [`TITLE_USAGE`], [`POLISH_USAGE`]).
+pub fn usage_of(model: &str) -> Value {
+    let (prompt, completion, cached) = match model {
+        "title-model" => TITLE_USAGE,
+        "polish-model" => POLISH_USAGE,
+        _ => AGENT_USAGE,
+    };
+    json!({"prompt_tokens": prompt, "completion_tokens": completion,
+           "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": cached}})
+}
+
+/// (prompt, completion, cached) tokens of each agent call of the fake model.
+pub const AGENT_USAGE: (u64, u64, u64) = (100, 10, 40);
+/// ... of each title call.
+pub const TITLE_USAGE: (u64, u64, u64) = (7, 3, 0);
+/// ... of each polish call.
+pub const POLISH_USAGE: (u64, u64, u64) = (11, 5, 2);
 
 pub fn tool_call(id: &str, name: &str, args: Value) -> Value {
     json!({"role": "assistant", "content": null, "tool_calls": [

@@ -17,7 +17,9 @@ mod llm;
 mod server;
 pub(crate) use checks::suggested_id as checks_suggested_id;
 pub use checks::{OTHER_ENV_VARS, StorageTarget, storage_target, unknown_env_vars};
-pub use limits::{LimitsConfig, PlannerConfig};
+pub use limits::{
+    Budget, BudgetAction, BudgetsConfig, LimitsConfig, ModelPrice, PlannerConfig, PricesConfig,
+};
 pub use llm::{LlmConfig, ModelNames};
 pub use server::{ChannelsConfig, ConsoleChannelConfig, OneBotConfig, ServerConfig};
 
@@ -47,6 +49,7 @@ pub struct Config {
     pub channels: ChannelsConfig,
     pub planner: PlannerConfig,
     pub limits: LimitsConfig,
+    pub prices: PricesConfig,
     pub host: HostConfig,
 }
 
@@ -94,8 +97,13 @@ pub struct TaskConfig {
     pub default_timeout_min: u32,
     pub max_rounds: u32,
     /// The IANA time zone cron expressions are read in (`Asia/Shanghai`); `None` = the system's.
-    /// A task created with its own zone keeps that one.
+    /// A task created with its own zone keeps that one. Also where a budget's day starts.
     pub timezone: Option<String>,
+    /// The same tool called with the same arguments this many times in one run of a task gets
+    /// a result telling the model so instead of running again (0 = never).
+    pub repeat_warn_after: u32,
+    /// ... and this many times fails the task, naming the tool (0 = never).
+    pub repeat_fail_after: u32,
 }
 
 impl TaskConfig {
@@ -122,6 +130,8 @@ impl Default for TaskConfig {
             default_timeout_min: 10,
             max_rounds: 30,
             timezone: None,
+            repeat_warn_after: 3,
+            repeat_fail_after: 5,
         }
     }
 }

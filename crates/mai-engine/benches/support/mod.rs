@@ -269,6 +269,29 @@ impl TaskStore for TimedStore {
             .time("store.counts", self.inner.counts(query))
             .await
     }
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[mai_core::usage::UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.timings
+            .time(
+                "store.checkpoint",
+                self.inner
+                    .checkpoint_with_usage(task, expected, history, usage),
+            )
+            .await
+    }
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        self.timings
+            .time("store.usage", self.inner.usage(query))
+            .await
+    }
     async fn checkpoint(
         &self,
         task: &TaskRecord,

@@ -51,6 +51,7 @@ fn sample_vars(name: PromptName) -> Value {
         PromptName::ArgumentsDropped => json!({"size": 70000, "limit": 65536}),
         PromptName::NoAnswer => json!({}),
         PromptName::SubagentOutOfRounds => json!({"max_rounds": 10, "last_text": "still looking"}),
+        PromptName::RepeatedCall => json!({"tool": "search", "times": 3, "fail_after": 5}),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `aggregate` mode: counts of the matches per person and per day, not the messages.
 
+use crate::sql::Connection;
 use mai_core::host::{HostError, MemoryQuery};
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::sql::Query;
@@ -13,7 +13,7 @@ use crate::streams::sql_limit;
 use crate::text_query::TextQuery;
 
 /// Joins that name each message's person (the bot's messages have none).
-const PERSON_JOINS: &str = " LEFT JOIN host_accounts a ON m.is_bot = 0 \
+const PERSON_JOINS: &str = " LEFT JOIN host_accounts a ON NOT m.is_bot \
      AND a.platform = s.platform AND a.user_id = m.user_id \
      LEFT JOIN host_persons p ON p.person_id = a.person_id";
 
@@ -29,8 +29,8 @@ pub(crate) fn aggregate(
     let (total, first, last): (i64, Option<i64>, Option<i64>) = qb.one(conn).map_err(db(ACTION))?;
 
     let mut qb = Query::new(
-        "SELECT CASE WHEN m.is_bot THEN m.sender_name ELSE COALESCE(p.name, m.sender_name) END \
-         AS who, m.is_bot, COUNT(*) AS n",
+        "SELECT MIN(CASE WHEN m.is_bot THEN m.sender_name \
+         ELSE COALESCE(p.name, m.sender_name) END) AS who, m.is_bot, COUNT(*) AS n",
     );
     push_filtered_messages(&mut qb, text, scope, PERSON_JOINS);
     qb.push(
@@ -41,7 +41,10 @@ pub(crate) fn aggregate(
     qb.push_bind(sql_limit(limit));
     let people: Vec<(String, bool, i64)> = qb.all(conn).map_err(db(ACTION))?;
 
-    let mut qb = Query::new("SELECT date(m.at / 1000, 'unixepoch') AS day, COUNT(*) AS n");
+    let mut qb = Query::new(format_args!(
+        "SELECT {} AS day, COUNT(*) AS n",
+        conn.dialect().day_of_millis("m.at")
+    ));
     push_filtered_messages(&mut qb, text, scope, "");
     qb.push(" GROUP BY day ORDER BY day DESC LIMIT ");
     qb.push_bind(sql_limit(limit));

@@ -2,8 +2,8 @@
 
 use std::collections::HashSet;
 
+use crate::sql::Connection;
 use mai_core::host::{HostError, MemoryQuery};
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::sql::Query;

@@ -1,7 +1,7 @@
 //! Finding messages and notes by text within a [`Scope`]: the shared SQL of every mode.
 
+use crate::sql::Connection;
 use mai_core::host::HostError;
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::sql::Query;
@@ -99,7 +99,9 @@ pub(crate) fn ranked_messages(
 ) -> Result<Vec<MessageRow>, HostError> {
     let mut qb;
     if text.is_empty() {
-        qb = Query::new(format!("SELECT {MESSAGE_COLUMNS}, NULL AS score"));
+        qb = Query::new(format!(
+            "SELECT {MESSAGE_COLUMNS}, CAST(NULL AS DOUBLE PRECISION) AS score"
+        ));
         push_filtered_messages(&mut qb, text, scope, "");
         qb.push(" ORDER BY m.at DESC, m.message_id DESC LIMIT ");
     } else {
@@ -109,12 +111,12 @@ pub(crate) fn ranked_messages(
         text.push_ranked_hits(&mut qb, &MESSAGES);
         qb.push(
             ") h JOIN host_messages m ON m.message_id = h.id \
-             JOIN host_streams s ON s.stream_id = m.stream_id WHERE 1",
+             JOIN host_streams s ON s.stream_id = m.stream_id WHERE TRUE",
         );
         push_scope(&mut qb, scope);
         qb.push(
             " GROUP BY m.message_id \
-             ORDER BY score IS NULL, score, m.at DESC, m.message_id DESC LIMIT ",
+             ORDER BY MIN(h.score) IS NULL, MIN(h.score), m.at DESC, m.message_id DESC LIMIT ",
         );
     }
     qb.push_bind(sql_limit(limit));
@@ -130,7 +132,7 @@ pub(crate) fn ranked_notes(
     let mut qb =
         Query::new("SELECT n.note_id, n.stream_id, n.text, n.at, MIN(h.score) AS score FROM (");
     text.push_ranked_hits(&mut qb, &NOTES);
-    qb.push(") h JOIN host_notes n ON n.note_id = h.id WHERE 1");
+    qb.push(") h JOIN host_notes n ON n.note_id = h.id WHERE TRUE");
     if let Some(stream) = &scope.stream {
         qb.push(" AND (n.stream_id = ");
         qb.push_bind(stream.clone());
@@ -144,7 +146,7 @@ pub(crate) fn ranked_notes(
         qb.push(" AND n.at <= ");
         qb.push_bind(end);
     }
-    qb.push(" GROUP BY n.note_id ORDER BY score IS NULL, score, n.at DESC LIMIT ");
+    qb.push(" GROUP BY n.note_id ORDER BY MIN(h.score) IS NULL, MIN(h.score), n.at DESC LIMIT ");
     qb.push_bind(sql_limit(limit));
     qb.all(conn).map_err(db(ACTION))
 }
@@ -179,7 +181,7 @@ pub(crate) fn push_scope(qb: &mut Query, scope: &Scope) {
     }
     if let Some(person) = scope.person {
         qb.push(
-            " AND m.is_bot = 0 AND EXISTS (SELECT 1 FROM host_accounts fa \
+            " AND NOT m.is_bot AND EXISTS (SELECT 1 FROM host_accounts fa \
              WHERE fa.platform = s.platform AND fa.user_id = m.user_id AND fa.person_id = ",
         );
         qb.push_bind(person);

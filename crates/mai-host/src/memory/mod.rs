@@ -44,9 +44,9 @@ mod matches;
 mod ranked;
 mod window;
 
+use crate::sql::Connection;
 use chrono::{DateTime, SecondsFormat, Utc};
 use mai_core::host::{HostError, MemoryMode, MemoryQuery};
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::error::corrupt;
@@ -88,7 +88,7 @@ pub(crate) fn search_memory(
         0 => DEFAULT_LIMIT,
         limit => limit.min(MAX_LIMIT),
     };
-    let text = TextQuery::parse(&query.query);
+    let text = TextQuery::parse_for(&query.query, conn.dialect());
     let mut scope = Scope {
         stream: query
             .stream

@@ -1,7 +1,7 @@
 //! The `search` mode (best bm25 first) and the `hybrid` mode (relevance with recency).
 
+use crate::sql::Connection;
 use mai_core::host::{HostError, MemoryQuery};
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use super::matches::{Hit, ranked_hits};

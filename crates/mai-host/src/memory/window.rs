@@ -1,7 +1,7 @@
 //! The `time` mode: the messages of a time window, oldest first.
 
+use crate::sql::Connection;
 use mai_core::host::{HostError, MemoryQuery};
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::sql::Query;

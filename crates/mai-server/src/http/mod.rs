@@ -19,6 +19,7 @@ mod messages;
 mod planner;
 mod tasks;
 mod tools;
+mod usage;
 
 use std::sync::Arc;
 
@@ -97,6 +98,7 @@ fn route_table() -> Vec<Route> {
         (Method::POST, "/v1/tasks/{id}/pause", post(tasks::pause)),
         (Method::POST, "/v1/tasks/{id}/resume", post(tasks::resume)),
         (Method::GET, "/v1/tasks/{id}/history", get(tasks::history)),
+        (Method::GET, "/v1/usage", get(usage::get)),
         (Method::POST, "/v1/messages", post(messages::post)),
         (
             Method::GET,

@@ -307,8 +307,12 @@ pub(crate) async fn get(
     State(api): State<Api>,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let task = api.state.engine.resolve(&reader()?, &id).await?;
-    Ok(Json(task_view(&task)?))
+    let engine = &api.state.engine;
+    let task = engine.resolve(&reader()?, &id).await?;
+    let mut view = task_view(&task)?;
+    let usage = engine.task_usage(task.id).await?;
+    view["usage"] = mai_engine::usage_json(&usage, &engine.currency());
+    Ok(Json(view))
 }
 
 pub(crate) async fn cancel(

@@ -26,7 +26,7 @@ fn lock_key(table: &str) -> i64 {
 }
 
 /// Brings `migrations`' tables to their newest version under the advisory lock.
-pub(crate) async fn apply(pool: &PgPool, migrations: &Migrations) -> Result<(), MigrateError> {
+pub async fn apply(pool: &PgPool, migrations: &Migrations) -> Result<(), MigrateError> {
     let mut connection = pool
         .acquire()
         .await
@@ -48,10 +48,7 @@ pub(crate) async fn apply(pool: &PgPool, migrations: &Migrations) -> Result<(), 
 }
 
 /// The highest version recorded as applied; 0 when the record table does not exist.
-pub(crate) async fn recorded_version(
-    pool: &PgPool,
-    migrations: &Migrations,
-) -> Result<i64, MigrateError> {
+pub async fn recorded_version(pool: &PgPool, migrations: &Migrations) -> Result<i64, MigrateError> {
     let mut connection = pool
         .acquire()
         .await

@@ -8,8 +8,10 @@
 //! mapping of records to rows is the codec both backends share. Must not: know task semantics,
 //! or anything of the engine above the [`TaskStore`] seam.
 
+mod copy;
 mod migrate;
 mod read;
+mod usage;
 mod write;
 
 use std::time::Duration;
@@ -30,22 +32,41 @@ use crate::migrate::{MigrateError, Migration, Migrations};
 use crate::read::CountKeys;
 use write::{Failure, Rows};
 
-pub(crate) use migrate::{apply as apply_migrations, recorded_version};
+pub use copy::TaskRows;
+pub use migrate::{apply as apply_migrations, recorded_version};
 
 /// The task tables' PostgreSQL scripts (their own version line: version 1 has the columns of
 /// the SQLite schema's version 3).
 static TASKS: Migrations = Migrations {
     table: "_mai_task_migrations",
-    scripts: &[Migration {
-        version: 1,
-        description: "tasks",
-        sql: include_str!("../../migrations/postgres/0001_tasks.sql"),
-    }],
+    scripts: &[
+        Migration {
+            version: 1,
+            description: "tasks",
+            sql: include_str!("../../migrations/postgres/0001_tasks.sql"),
+        },
+        Migration {
+            version: 2,
+            description: "usage",
+            sql: include_str!("../../migrations/postgres/0002_usage.sql"),
+        },
+    ],
 };
 
 /// The advisory lock that serialises admitted inserts across instances, so the caps of
 /// `[limits]` hold exactly when creations race (docs/design.md, I39).
 const ADMIT_LOCK: i64 = 0x6d61_6941_646d_6974; // "maiAdmit"
+
+/// The advisory lock an engine holds on its database for as long as it runs: one engine per
+/// database until several instances are supported (docs/scale-out.md).
+const ENGINE_LOCK: i64 = 0x6d61_6945_6e67_696e; // "maiEngin"
+
+/// The database's engine lock, held by a connection of its own; released when dropped (or when
+/// the process ends, however it ends: PostgreSQL ends the session).
+#[derive(Debug)]
+pub struct EngineClaim {
+    _connection: sqlx::PgConnection,
+}
 
 /// How a PostgreSQL database is reached.
 #[derive(Debug, Clone)]
@@ -131,6 +152,31 @@ impl PgStore {
     /// The schema version this build creates and understands on PostgreSQL.
     pub fn latest_schema_version() -> i64 {
         TASKS.latest_version()
+    }
+
+    /// Takes the database's engine lock, or refuses when another engine (`serve`, `run` or
+    /// `mcp`, from any machine) holds it.
+    pub async fn claim_engine(&self) -> Result<EngineClaim, StoreError> {
+        const DOING: &str = "taking the database's engine lock";
+        let mut connection = self.pool.acquire().await.map_err(pg(DOING))?.detach();
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(ENGINE_LOCK)
+            .fetch_one(&mut connection)
+            .await
+            .map_err(pg(DOING))?;
+        if !got {
+            return Err(StoreError::Database {
+                doing: DOING,
+                source: "another mai-agent engine (serve, run or mcp) already runs on this \
+                         PostgreSQL database; several instances on one database are not \
+                         supported yet (docs/scale-out.md): stop the other one, or give this \
+                         one a database of its own"
+                    .into(),
+            });
+        }
+        Ok(EngineClaim {
+            _connection: connection,
+        })
     }
 
     /// Closes the pool (waits for connections in use to come back).
@@ -351,6 +397,14 @@ impl TaskStore for PgStore {
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         let mut connection = self.connection("counting tasks").await?;
         read::count_tasks(&mut connection, &CountKeys::of(query)).await
+    }
+
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        let mut connection = self.connection("summing usage").await?;
+        usage::usage_totals(&mut connection, query).await
     }
 
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {

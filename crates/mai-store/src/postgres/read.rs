@@ -191,6 +191,9 @@ pub(crate) async fn count_tasks(
     const UNFINISHED: &str = "status IN ('scheduled', 'pending', 'running', 'waiting_input', \
                               'paused')";
     const CRON: &str = "(record::jsonb #>> '{trigger,kind}') = 'cron'";
+    // The daily task budgets count the tasks created since the day began, reply tasks excepted.
+    const NOT_REPLY: &str =
+        "COALESCE((record::jsonb #>> '{metadata,is_reply}')::boolean, false) = false";
     let sql = format!(
         "SELECT (SELECT count(*) FROM tasks WHERE requester = $1 AND {UNFINISHED}), \
          (SELECT count(*) FROM tasks WHERE stream_id = $2 AND {UNFINISHED}), \
@@ -198,13 +201,18 @@ pub(crate) async fn count_tasks(
          AND {CRON}) ELSE 0 END, \
          CASE WHEN $4 THEN (SELECT count(*) FROM tasks WHERE stream_id = $2 AND {UNFINISHED} \
          AND {CRON}) ELSE 0 END, \
-         (SELECT count(*) FROM tasks WHERE created_by = $3)"
+         (SELECT count(*) FROM tasks WHERE created_by = $3), \
+         CASE WHEN $5::text IS NULL THEN 0 ELSE (SELECT count(*) FROM tasks WHERE requester = $1 \
+         AND created_at >= $5 AND {NOT_REPLY}) END, \
+         CASE WHEN $5::text IS NULL THEN 0 ELSE (SELECT count(*) FROM tasks WHERE stream_id = $2 \
+         AND created_at >= $5 AND {NOT_REPLY}) END"
     );
-    let figures: (i64, i64, i64, i64, i64) = sqlx::query_as(AssertSqlSafe(sql))
+    let figures: (i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(AssertSqlSafe(sql))
         .bind(keys.requester.as_deref())
         .bind(keys.stream.as_str())
         .bind(keys.created_by.as_deref())
         .bind(keys.recurring)
+        .bind(keys.created_since.as_deref())
         .fetch_one(&mut *connection)
         .await
         .map_err(pg("counting tasks"))?;
@@ -215,6 +223,8 @@ pub(crate) async fn count_tasks(
         recurring_by_requester: figure(figures.2),
         recurring_in_stream: figure(figures.3),
         children: figure(figures.4),
+        created_by_requester_since: figure(figures.5),
+        created_in_stream_since: figure(figures.6),
     })
 }
 

@@ -46,6 +46,7 @@ pub(crate) enum Rows {
         log: Vec<LogLine>,
         history: Vec<HistoryRow>,
     },
+    Usage(Vec<crate::usage::UsageRow>),
 }
 
 impl Rows {
@@ -85,6 +86,7 @@ impl Rows {
                 log: task.status_log.iter().map(LogLine::encode).collect(),
                 history: encode_history(task.id, history)?,
             },
+            TaskWrite::Usage(records) => Rows::Usage(crate::usage::encode_usage(records)),
         })
     }
 }
@@ -120,6 +122,7 @@ pub(crate) async fn write_all(
                     return Err(Failure::Conflict(conflict));
                 }
             }
+            Rows::Usage(rows) => super::usage::insert_usage(connection, rows, doing).await?,
         }
     }
     Ok(())

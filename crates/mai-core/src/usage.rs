@@ -1,0 +1,262 @@
+//! Usage: what one model call cost (tokens, latency, money) and which task, round and purpose it
+//! served; the query that sums such records by owner, requester, stream, model, purpose or day;
+//! and the price arithmetic.
+//!
+//! Plain data and arithmetic: the engine builds the records, a store keeps them (they are never
+//! pruned with the tasks they served), front ends show the sums. Must not do I/O.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::PricesConfig;
+use crate::model::Usage;
+use crate::task::TaskId;
+
+/// What a model call was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsagePurpose {
+    /// A round of a task's agent loop (its final summary round included).
+    Agent,
+    /// A round of a sub-agent (`ask_subagent(s)`), counted against the task that asked.
+    Subagent,
+    /// A task's title.
+    Title,
+    /// Rewriting a reply or a question in the bot's persona.
+    Polish,
+}
+
+impl UsagePurpose {
+    pub const ALL: [UsagePurpose; 4] = [
+        UsagePurpose::Agent,
+        UsagePurpose::Subagent,
+        UsagePurpose::Title,
+        UsagePurpose::Polish,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsagePurpose::Agent => "agent",
+            UsagePurpose::Subagent => "subagent",
+            UsagePurpose::Title => "title",
+            UsagePurpose::Polish => "polish",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == text)
+    }
+}
+
+/// One model call, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    pub at: DateTime<Utc>,
+    /// The calendar day of `at` in `[task] timezone` when it was recorded (what "per day"
+    /// groups by).
+    pub day: NaiveDate,
+    /// The task it served (a title's task may have been refused by a limit after the call).
+    pub task_id: Option<TaskId>,
+    /// The task's round (0 outside the agent loop).
+    pub round: u32,
+    pub purpose: UsagePurpose,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Of `prompt_tokens`, how many the provider served from its cache.
+    pub cached_tokens: u64,
+    /// The provider sent no usage: the figures are an estimate from the text.
+    pub estimated: bool,
+    pub latency_ms: u64,
+    /// The task's owner (`platform:user_id`, or `planner:<stream>`).
+    pub owner: String,
+    /// The person the task acts for.
+    pub requester: Option<String>,
+    pub stream_id: String,
+    /// From `[prices]` at the time of the call; `None` when the model has no price.
+    pub cost: Option<f64>,
+}
+
+impl UsageRecord {
+    /// Prompt plus completion tokens: what the token budgets count.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+}
+
+/// How [`UsageQuery`] groups its sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageGroup {
+    Owner,
+    Requester,
+    Stream,
+    Model,
+    Purpose,
+    Day,
+    Task,
+}
+
+impl UsageGroup {
+    pub const ALL: [UsageGroup; 7] = [
+        UsageGroup::Owner,
+        UsageGroup::Requester,
+        UsageGroup::Stream,
+        UsageGroup::Model,
+        UsageGroup::Purpose,
+        UsageGroup::Day,
+        UsageGroup::Task,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageGroup::Owner => "owner",
+            UsageGroup::Requester => "requester",
+            UsageGroup::Stream => "stream",
+            UsageGroup::Model => "model",
+            UsageGroup::Purpose => "purpose",
+            UsageGroup::Day => "day",
+            UsageGroup::Task => "task",
+        }
+    }
+
+    /// Parses a `--by` / `group_by` value, saying which values exist when it is none of them.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|g| g.as_str() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|g| g.as_str()).collect();
+                format!(
+                    "cannot group usage by `{text}`: use one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Which usage records to sum. Empty fields do not filter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageQuery {
+    /// Records at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Records before this time.
+    pub until: Option<DateTime<Utc>>,
+    pub task: Option<TaskId>,
+    pub owner: Option<String>,
+    pub requester: Option<String>,
+    pub stream: Option<String>,
+    /// One sum per value of this; `None`: one sum over everything.
+    pub group_by: Option<UsageGroup>,
+}
+
+/// The sums of a group of usage records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageTotals {
+    /// The group's value (`None` for the total, and for a requester or task that is none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    pub calls: u64,
+    /// Calls whose figures are estimates (the provider sent no usage).
+    pub estimated_calls: u64,
+    /// The sum of the known costs, in `[prices] currency`.
+    pub cost: f64,
+}
+
+impl UsageTotals {
+    /// Prompt plus completion tokens.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+
+    /// Adds `other`'s figures to these.
+    pub fn add(&mut self, other: &UsageTotals) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.calls = self.calls.saturating_add(other.calls);
+        self.estimated_calls = self.estimated_calls.saturating_add(other.estimated_calls);
+        self.cost += other.cost;
+    }
+}
+
+/// The cost of `usage` on `model` from the price table (`None`: the model has no price).
+pub fn cost_of(prices: &PricesConfig, model: &str, usage: &Usage) -> Option<f64> {
+    let price = prices.models.get(model)?;
+    let cached = usage.cached_tokens.min(usage.prompt_tokens);
+    let fresh = usage.prompt_tokens - cached;
+    let cached_price = price.cached_input.unwrap_or(price.input);
+    let micro = fresh as f64 * price.input
+        + cached as f64 * cached_price
+        + usage.completion_tokens as f64 * price.output;
+    Some(micro / 1_000_000.0)
+}
+
+/// A token count for `text` when the provider reports none: about four bytes per token for
+/// Latin script, one token per character for CJK and other wide scripts (the usual tokenizers
+/// come close to both). Always at least 1 for a non-empty text.
+pub fn estimate_tokens(text: &str) -> u64 {
+    let mut narrow_bytes = 0u64;
+    let mut wide = 0u64;
+    for c in text.chars() {
+        if c.len_utf8() >= 3 {
+            wide += 1;
+        } else {
+            narrow_bytes += c.len_utf8() as u64;
+        }
+    }
+    let tokens = wide + narrow_bytes.div_ceil(4);
+    if tokens == 0 && !text.is_empty() {
+        1
+    } else {
+        tokens
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelPrice;
+
+    #[test]
+    fn cached_tokens_are_priced_at_the_cached_rate() {
+        let mut prices = PricesConfig::default();
+        prices.models.insert(
+            "m".into(),
+            ModelPrice {
+                input: 2.0,
+                cached_input: Some(0.5),
+                output: 8.0,
+            },
+        );
+        let usage = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 500_000,
+            total_tokens: 1_500_000,
+            cached_tokens: 400_000,
+        };
+        let cost = cost_of(&prices, "m", &usage).unwrap();
+        assert!((cost - (0.6 * 2.0 + 0.4 * 0.5 + 0.5 * 8.0)).abs() < 1e-9);
+        assert_eq!(cost_of(&prices, "other", &usage), None);
+    }
+
+    #[test]
+    fn an_estimate_counts_wide_characters_one_each() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("a"), 1);
+        assert_eq!(estimate_tokens("abcdefgh"), 2);
+        assert_eq!(estimate_tokens("你好"), 2);
+    }
+
+    #[test]
+    fn an_unknown_grouping_names_the_ones_that_exist() {
+        let error = UsageGroup::parse("colour").unwrap_err();
+        assert!(error.contains("owner, requester, stream, model, purpose, day, task"));
+        assert_eq!(UsageGroup::parse("day"), Ok(UsageGroup::Day));
+    }
+}
