@@ -224,6 +224,9 @@ async fn a_question_answered_on_the_waiting_page_resumes_the_task_and_the_log_na
     assert!(timeline.contains("Which colour?"), "{timeline}");
     assert!(timeline.contains("list_my_tasks"), "{timeline}");
     assert!(timeline.contains("dashboard:operator"), "{timeline}");
+    // Usage and cost, as GET /v1/tasks/{id} records them.
+    let usage = browser.wait_text("#usage", "calls").await;
+    assert!(usage.contains("prompt tokens"), "{usage}");
     let replies = browser.wait_text("#replies", "painted it blue").await;
     assert!(replies.contains("of 1 part(s) sent"), "{replies}");
     // Tall enough for the timeline in the picture.
