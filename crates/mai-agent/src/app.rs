@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mai_core::clock::SystemClock;
-use mai_core::config::{HostKind, LiveConfig, McpConfig, SyncMode};
+use mai_core::config::{HostKind, LiveConfig, McpConfig};
 use mai_core::host::Host;
 use mai_core::model::ChatModel;
 use mai_core::tool::ToolRegistry;
@@ -19,7 +19,7 @@ use mai_llm::{OpenAiClient, ReplayModel};
 use mai_mcp::fetch::{FETCH, FetchOptions, Fetcher, SystemResolver, fetch_tool};
 use mai_mcp::{ManagerOptions, McpManager, apply_to_registry};
 use mai_server::metrics::Metrics;
-use mai_store::{Database, SqliteOptions, SqliteStore, Synchronous};
+use mai_store::{Storage, Store};
 
 use crate::settings::Settings;
 
@@ -40,11 +40,12 @@ pub struct App {
     /// The MCP client manager, when `[mcp] enabled` and servers are configured.
     pub mcp: Option<McpManager>,
     /// The task store the engine runs on (for `serve`'s retention job).
-    pub store: SqliteStore,
+    pub store: Store,
 }
 
-/// Builds the engine (not started) over the database in the data directory; the tasks and the
-/// embedded host's tables share one SQLite file.
+/// Builds the engine (not started) over the database `[storage]` names: by default one SQLite
+/// file in the data directory for the tasks and the embedded host's tables; with a PostgreSQL
+/// URL the tasks live there (the host's tables stay in the data directory's file).
 pub async fn build(settings: &Settings, model: ModelChoice<'_>) -> Result<App> {
     build_with(settings, model, None, false).await
 }
@@ -68,23 +69,15 @@ async fn build_with(
     crate::data_dir::prepare(&settings.data_dir)?;
     let path = settings.database_path();
     crate::data_dir::private_database(&path)?;
-    // One file, opened once: the host's tables live next to the tasks, read through the same
+    // Opened once: on SQLite the host's tables live next to the tasks, read through the same
     // readers and written through the same writer, in one queue with the store's writes.
-    let options = SqliteOptions {
-        synchronous: match settings.config.storage.synchronous {
-            SyncMode::Normal => Synchronous::Normal,
-            SyncMode::Full => Synchronous::Full,
-        },
-        ..SqliteOptions::default()
-    };
-    let db = Database::open(&path, &options)
+    let location = settings.storage_location();
+    let storage = Storage::open(&location)
         .await
-        .with_context(|| format!("cannot open the task database {}", path.display()))?;
-    let store = SqliteStore::on(db.clone())
-        .await
-        .with_context(|| format!("cannot open the task database {}", path.display()))?;
+        .with_context(|| format!("cannot open the task database ({})", location.describe()))?;
+    let store = storage.store;
     let host = Arc::new(
-        EmbeddedHost::with_database(db, EmbeddedConfig::default())
+        EmbeddedHost::with_database(storage.host_database, EmbeddedConfig::default())
             .await
             .with_context(|| format!("cannot open the chat tables in {}", path.display()))?,
     );

@@ -83,7 +83,13 @@ async fn check(config: Option<&Path>, data_dir: Option<&Path>, probe: bool) -> R
         None => println!("built-in defaults (no config file) with the environment: ok"),
     }
     println!("  data:     {}", settings.data_dir.display());
-    println!("  database: {}", settings.database_path().display());
+    match settings.postgres_url() {
+        Some(_) => {
+            println!("  database: PostgreSQL ([storage] url)");
+            println!("  chats:    {}", settings.database_path().display());
+        }
+        None => println!("  database: {}", settings.database_path().display()),
+    }
     println!("  model:    {}", preflight::describe_model(llm));
     if probe {
         probe_model(llm).await?;

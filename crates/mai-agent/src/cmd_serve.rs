@@ -18,7 +18,7 @@ use mai_mcp::McpManager;
 use mai_server::ServerState;
 use mai_server::http::HttpOptions;
 use mai_server::metrics::Metrics;
-use mai_store::SqliteStore;
+use mai_store::Store;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -158,9 +158,7 @@ fn check_exposure(server: &mai_core::config::ServerConfig, listen: SocketAddr) -
 /// Opens the store and the host, starts the engine and builds the planner tools: the state
 /// every front end serves from, the MCP client manager (for reloads and the stop) and the task
 /// store (for the retention job).
-async fn start_services(
-    settings: &Settings,
-) -> Result<(ServerState, Option<McpManager>, SqliteStore)> {
+async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpManager>, Store)> {
     let metrics = Metrics::new();
     let App {
         engine,

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use mai_core::clock::Clock;
 use mai_core::config::StorageConfig;
 use mai_host::EmbeddedHost;
-use mai_store::SqliteStore;
+use mai_store::Store;
 use tokio_util::sync::CancellationToken;
 
 /// How often the job runs after the first run at start-up.
@@ -29,7 +29,7 @@ pub struct Pruned {
 
 /// What the job works on.
 pub struct Retention {
-    pub store: SqliteStore,
+    pub store: Store,
     pub host: Arc<EmbeddedHost>,
     pub storage: StorageConfig,
 }
@@ -152,7 +152,7 @@ mod tests {
         let db = Database::open(dir.path().join("mai-agent.db"), &SqliteOptions::default())
             .await
             .unwrap();
-        let store = SqliteStore::on(db.clone()).await.unwrap();
+        let store = Store::Sqlite(mai_store::SqliteStore::on(db.clone()).await.unwrap());
         let host = Arc::new(
             EmbeddedHost::with_database(db, mai_host::EmbeddedConfig::default())
                 .await

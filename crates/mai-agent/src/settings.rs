@@ -45,11 +45,44 @@ impl Settings {
     /// checked when the config was loaded; a relative one is inside the data directory, not the
     /// working directory, which is `/` under a service manager), else `mai-agent.db` in the data
     /// directory.
+    /// With a PostgreSQL `[storage] url` this is the file the embedded host's chat tables are
+    /// kept in (`mai-agent.db` in the data directory).
     pub fn database_path(&self) -> PathBuf {
         match mai_core::config::storage_target(self.config.storage.url.as_deref()) {
             Ok(mai_core::config::StorageTarget::Sqlite(path)) => self.data_dir.join(path),
-            // `Default`; an invalid URL never gets here (validation refused it at load).
+            // `Default` or PostgreSQL; an invalid URL never gets here (validation refused it).
             _ => self.data_dir.join("mai-agent.db"),
+        }
+    }
+
+    /// The PostgreSQL URL of `[storage] url`, when it names one.
+    pub fn postgres_url(&self) -> Option<String> {
+        match mai_core::config::storage_target(self.config.storage.url.as_deref()) {
+            Ok(mai_core::config::StorageTarget::Postgres(url)) => Some(url),
+            _ => None,
+        }
+    }
+
+    /// Where the store and the host's tables are, as `[storage]` says.
+    pub fn storage_location(&self) -> mai_store::Location {
+        let sqlite = mai_store::SqliteOptions {
+            synchronous: match self.config.storage.synchronous {
+                mai_core::config::SyncMode::Normal => mai_store::Synchronous::Normal,
+                mai_core::config::SyncMode::Full => mai_store::Synchronous::Full,
+            },
+            ..mai_store::SqliteOptions::default()
+        };
+        match self.postgres_url() {
+            Some(url) => mai_store::Location::Postgres {
+                url,
+                options: mai_store::PgOptions::default(),
+                chats: self.database_path(),
+                chat_options: sqlite,
+            },
+            None => mai_store::Location::Sqlite {
+                path: self.database_path(),
+                options: sqlite,
+            },
         }
     }
 }

@@ -121,7 +121,7 @@ async fn the_banner_names_the_time_zone_cron_reads_and_where_it_came_from() {
 #[tokio::test]
 async fn config_check_without_a_file_checks_the_data_dir_config_and_refuses_what_serve_refuses() {
     let (model, data) =
-        with_config("[storage]\nurl = \"postgres://mai:s3cret@127.0.0.1:5432/mai\"\n").await;
+        with_config("[storage]\nurl = \"mysql://mai:s3cret@127.0.0.1:3306/mai\"\n").await;
     let check = mai(data.path(), &model)
         .args(["config", "check"])
         .output()
@@ -136,7 +136,7 @@ async fn config_check_without_a_file_checks_the_data_dir_config_and_refuses_what
         assert!(
             stderr.contains("config.toml")
                 && stderr.contains("[storage].url")
-                && stderr.contains("not supported in this build"),
+                && stderr.contains("cannot open"),
             "{what}: {stderr}"
         );
         assert!(
@@ -147,9 +147,47 @@ async fn config_check_without_a_file_checks_the_data_dir_config_and_refuses_what
     let stray: Vec<_> = std::fs::read_dir(data.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
-        .filter(|name| name.to_string_lossy().contains("postgres"))
+        .filter(|name| name.to_string_lossy().contains("mysql"))
         .collect();
     assert!(stray.is_empty(), "no file named after the URL: {stray:?}");
+}
+
+#[tokio::test]
+async fn serve_on_a_postgres_url_nobody_answers_fails_naming_storage_url_but_never_the_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (model, data) = with_config(&format!(
+        "[storage]\nurl = \"postgres://mai:s3cret@127.0.0.1:{port}/mai\"\n"
+    ))
+    .await;
+    let check = mai(data.path(), &model)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&check);
+    assert!(check.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("database: PostgreSQL ([storage] url)"),
+        "{stdout}"
+    );
+    let serve = serve_in(data.path(), &model)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&serve);
+    assert!(!serve.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the PostgreSQL database of [storage] url")
+            && stderr.contains("connecting to PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("s3cret"),
+        "serve echoes the password: {stderr}"
+    );
 }
 
 #[tokio::test]

@@ -389,6 +389,11 @@ async fn a_streams_recent_messages_and_the_health_history_are_served() {
     service
         .wait_status(task_id(&created), TaskStatus::Completed)
         .await;
+    // Its reply runs after it: nothing is running once the reply is delivered too.
+    let admin = mai_engine::Caller::admin_reader("test").unwrap();
+    let record = service.state.engine.get(&admin, task_id(&created)).await;
+    let reply = mai_engine::reply_task_id(&record.unwrap());
+    service.wait_status(reply, TaskStatus::Completed).await;
     let (status, body) = json_of(served.get("/v1/health/history").send().await.unwrap()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["interval_secs"], 10);

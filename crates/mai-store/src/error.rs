@@ -46,3 +46,18 @@ pub(crate) fn is_unique_violation(error: &rusqlite::Error) -> bool {
             || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
     )
 }
+
+/// A `map_err` adapter: a PostgreSQL failure while `doing` something.
+pub(crate) fn pg(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Database {
+        doing,
+        source: Box::new(source),
+    }
+}
+
+/// Whether a PostgreSQL `error` is a violated uniqueness constraint.
+pub(crate) fn is_pg_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|failure| failure.is_unique_violation())
+}

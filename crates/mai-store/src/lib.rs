@@ -1,5 +1,7 @@
 //! mai-agent persistence: [`Database`] (one SQLite file opened once, written only through its
-//! [`Writer`]) and [`SqliteStore`], the [`mai_core::store::TaskStore`] on it.
+//! [`Writer`]) and [`SqliteStore`], the [`mai_core::store::TaskStore`] on it; [`PgStore`], the
+//! task store on PostgreSQL; [`Storage`] and [`Store`], which open either from where
+//! `[storage] url` points so nothing above this crate knows which backend it has.
 //!
 //! This crate owns the database: opening a file and its pragmas, the writer thread that owns
 //! the write connection and its queue (group commit), the migrations every component sharing
@@ -16,11 +18,13 @@ mod codec;
 mod database;
 mod error;
 mod migrate;
+mod postgres;
 mod read;
 mod retention;
 mod schema;
 mod sqlite;
 mod status_log;
+mod storage;
 mod usage;
 mod without_field;
 mod write;
@@ -29,7 +33,10 @@ mod writer;
 pub use backup::{BackupError, backup};
 pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
 pub use migrate::{MigrateError, Migration, Migrations};
+pub use postgres::{PgOptions, PgStore, connect_pool};
 pub use read::AMBIGUOUS_LIMIT;
 pub use rusqlite;
 pub use sqlite::{ConnectionSettings, SqliteStore};
+pub use sqlx;
+pub use storage::{Location, Storage, Store};
 pub use writer::{Session, WriteError, Writer};

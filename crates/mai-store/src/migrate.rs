@@ -52,6 +52,12 @@ pub enum MigrateError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("{doing}: {source}")]
+    Postgres {
+        doing: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
     #[error("migrating the database: {0}")]
     Write(#[source] WriteError),
     #[error("the database is closed; reopen it")]

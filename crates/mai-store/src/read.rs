@@ -58,13 +58,13 @@ fn tasks_of(
 
 /// The id keys starting with `hex` (lowercase hex digits): the half-open key range
 /// [`hex`, `hex` + "g"), since every key character is below `g`.
-fn prefix_range(hex: &str) -> (String, String) {
+pub(crate) fn prefix_range(hex: &str) -> (String, String) {
     (hex.to_owned(), format!("{hex}g"))
 }
 
 /// `reference` as an id prefix: hex digits with optional dashes, at least
 /// [`MIN_PREFIX_LEN`] digits, at most a whole id.
-fn as_id_prefix(reference: &str) -> Option<String> {
+pub(crate) fn as_id_prefix(reference: &str) -> Option<String> {
     let hex: String = reference
         .chars()
         .filter(|c| *c != '-')
@@ -202,11 +202,11 @@ pub(crate) fn list_tasks(
 /// The keys of a [`CountQuery`], owned (to travel to a reader's thread).
 #[derive(Debug)]
 pub(crate) struct CountKeys {
-    requester: Option<String>,
-    stream: String,
-    created_by: Option<String>,
-    recurring: bool,
-    created_since: Option<String>,
+    pub(crate) requester: Option<String>,
+    pub(crate) stream: String,
+    pub(crate) created_by: Option<String>,
+    pub(crate) recurring: bool,
+    pub(crate) created_since: Option<String>,
 }
 
 impl CountKeys {

@@ -15,7 +15,7 @@ use crate::error::{db, write_failed};
 use crate::sqlite::SqliteStore;
 
 /// Tasks deleted per write.
-const BATCH: i64 = 200;
+pub(crate) const BATCH: i64 = 200;
 
 const PRUNE: &str = "DELETE FROM tasks WHERE id IN (\
     SELECT t.id FROM tasks t \

@@ -15,6 +15,24 @@ pub(crate) struct StoredTail {
 }
 
 impl StoredTail {
+    /// A stored log of `len` lines ending with `last` (`None` when empty).
+    pub(crate) fn new(len: usize, last: Option<LogLine>) -> Self {
+        StoredTail { len, last }
+    }
+
+    /// How many lines the store holds.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether `log` continues the stored log: it holds the stored last line at its place.
+    pub(crate) fn extended_by(&self, log: &[LogLine]) -> bool {
+        match (self.len.checked_sub(1), &self.last) {
+            (Some(last_index), Some(last)) => log.get(last_index) == Some(last),
+            _ => true,
+        }
+    }
+
     /// From the update's `[seq, at, status, actor, reason]` (NULL for an empty log).
     pub(crate) fn decode(key: &str, tail: Option<&str>) -> Result<Self, StoreError> {
         let Some(tail) = tail else {
@@ -52,11 +70,7 @@ pub(crate) fn append_new_log_lines(
     log: &[LogLine],
     doing: &'static str,
 ) -> Result<(), StoreError> {
-    let extends_stored = match (stored.len.checked_sub(1), &stored.last) {
-        (Some(last_index), Some(last)) => log.get(last_index) == Some(last),
-        _ => true,
-    };
-    let first_new = if extends_stored {
+    let first_new = if stored.extended_by(log) {
         stored.len
     } else {
         first_difference(connection, key, log).map_err(db(doing))?
@@ -85,11 +99,16 @@ fn first_difference(
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(first_difference_in(log, &stored))
+}
+
+/// The index of the first line of `log` that differs from `stored` (or that `stored` lacks).
+pub(crate) fn first_difference_in(log: &[LogLine], stored: &[LogLine]) -> usize {
     let differs = log
         .iter()
-        .zip(&stored)
+        .zip(stored)
         .position(|(line, stored)| line != stored);
-    Ok(differs.unwrap_or(log.len().min(stored.len())))
+    differs.unwrap_or(log.len().min(stored.len()))
 }
 
 /// Inserts `lines` as log rows numbered from `first_seq`.

@@ -1,4 +1,5 @@
-//! The `usage` table: one row per model call (migration 4). Rows are encoded on the caller's
+//! The `usage` table: one row per model call (migration 4; PostgreSQL: its version 2, written by
+//! `postgres/write.rs` from the same rows). Rows are encoded on the caller's
 //! thread ([`UsageRows`]) and appended inside whatever write carries them — usually a task's
 //! checkpoint, so recording usage costs no transaction of its own; sums are one grouped
 //! `SELECT` on a reader.
@@ -16,21 +17,21 @@ use crate::error::db;
 /// One usage record as column values.
 #[derive(Debug)]
 pub(crate) struct UsageRow {
-    at: String,
-    day: String,
-    task_id: Option<String>,
-    round: i64,
-    purpose: &'static str,
-    model: String,
-    prompt_tokens: i64,
-    completion_tokens: i64,
-    cached_tokens: i64,
-    estimated: bool,
-    latency_ms: i64,
-    owner: String,
-    requester: Option<String>,
-    stream_id: String,
-    cost: Option<f64>,
+    pub(crate) at: String,
+    pub(crate) day: String,
+    pub(crate) task_id: Option<String>,
+    pub(crate) round: i64,
+    pub(crate) purpose: &'static str,
+    pub(crate) model: String,
+    pub(crate) prompt_tokens: i64,
+    pub(crate) completion_tokens: i64,
+    pub(crate) cached_tokens: i64,
+    pub(crate) estimated: bool,
+    pub(crate) latency_ms: i64,
+    pub(crate) owner: String,
+    pub(crate) requester: Option<String>,
+    pub(crate) stream_id: String,
+    pub(crate) cost: Option<f64>,
 }
 
 fn count(n: u64) -> i64 {
@@ -101,7 +102,7 @@ pub(crate) fn insert_usage(
     Ok(())
 }
 
-fn group_column(group: UsageGroup) -> &'static str {
+pub(crate) fn group_column(group: UsageGroup) -> &'static str {
     match group {
         UsageGroup::Owner => "owner",
         UsageGroup::Requester => "requester",
@@ -168,6 +169,6 @@ pub(crate) fn usage_totals(
 }
 
 /// A task key (32 hex digits) as the task id people read.
-fn pretty_task_key(key: &str) -> String {
+pub(crate) fn pretty_task_key(key: &str) -> String {
     crate::codec::parse_id_key(key).map_or_else(|| key.to_owned(), |id| id.to_string())
 }

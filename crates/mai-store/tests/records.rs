@@ -4,52 +4,10 @@
 mod common;
 
 use chrono::Duration;
-use common::{at, file_store, owner, stream, task};
+use common::{at, file_store, full_record, task};
 use mai_core::store::{SaveOutcome, StoreError, TaskStore};
-use mai_core::task::{PauseCause, TaskId, TaskLevel, TaskStatus, Trigger};
+use mai_core::task::{TaskId, TaskStatus};
 use mai_store::SqliteStore;
-
-fn full_record() -> mai_core::task::TaskRecord {
-    let mut task = task("disk \"usage\" — 磁盘 🚀", 0);
-    task.intent = "check the disk\nand report".into();
-    task.level = TaskLevel::Instant;
-    task.owner = owner("planner:qq:group:42");
-    task.stream_id = stream("qq:group:42");
-    task.platform = "qq".into();
-    task.reply_stream_id = Some(stream("qq:private:7"));
-    task.trigger = Trigger::Cron {
-        expr: "0 18 * * *".into(),
-        timezone: None,
-    };
-    task.scheduled_at = Some(at(3600));
-    task.priority = -3;
-    task.max_runtime_min = 15;
-    task.transition(TaskStatus::Running, "scheduler", "dispatched", at(5))
-        .unwrap();
-    task.transition(TaskStatus::Paused, "qq:1", "asked to pause", at(9))
-        .unwrap();
-    task.metadata.pause_cause = Some(PauseCause::User);
-    task.metadata.answer = Some("42 %".into());
-    task.metadata.error = Some("none yet".into());
-    task.metadata.parent_task_id = Some(TaskId::new());
-    task.metadata.rounds = 7;
-    task.metadata.history_len = 19;
-    task.metadata.group_id = Some("900".into());
-    task.metadata.raw = true;
-    task.metadata.waiting = Some(mai_core::task::WaitingQuestion {
-        call_id: "call_1".into(),
-        question: "which disk?".into(),
-        asked_at: at(8),
-        unsent: true,
-    });
-    task.metadata.delivery = Some(mai_core::task::DeliveryProgress {
-        parts: vec!["a".into(), "b".into()],
-        sent: 1,
-    });
-    task.metadata.cron_runs = 3;
-    task.metadata.runtime_secs = 4242;
-    task
-}
 
 #[tokio::test]
 async fn a_full_record_round_trips_through_a_sqlite_file() {

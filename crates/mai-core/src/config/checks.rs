@@ -20,17 +20,30 @@ pub const OTHER_ENV_VARS: [&str; 5] = [
 ];
 
 /// What `[storage] url` names, once checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StorageTarget {
     /// Not set: `mai-agent.db` in the data directory.
     Default,
     /// A SQLite file (a bare path or `sqlite://PATH`).
     Sqlite(PathBuf),
+    /// A PostgreSQL database: the whole `postgres://` or `postgresql://` URL, which may hold a
+    /// password (so `Debug` shows only that it is one).
+    Postgres(String),
+}
+
+impl std::fmt::Debug for StorageTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StorageTarget::Default => f.write_str("Default"),
+            StorageTarget::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+            StorageTarget::Postgres(_) => f.write_str("Postgres(<url>)"),
+        }
+    }
 }
 
 /// Reads `[storage] url`: a bare path or `sqlite://PATH` is a SQLite file; `postgres://` and
-/// `postgresql://` are refused until this build has a PostgreSQL backend; any other scheme is
-/// refused rather than taken as a file name.
+/// `postgresql://` are a PostgreSQL database; any other scheme is refused rather than taken as
+/// a file name.
 pub fn storage_target(url: Option<&str>) -> Result<StorageTarget, ConfigError> {
     let Some(url) = url.map(str::trim) else {
         return Ok(StorageTarget::Default);
@@ -59,13 +72,10 @@ pub fn storage_target(url: Option<&str>) -> Result<StorageTarget, ConfigError> {
                     .into(),
             )),
         },
-        "postgres" | "postgresql" => Err(invalid(format!(
-            "is a {scheme}:// URL: PostgreSQL is not supported in this build (there is no \
-             PostgreSQL backend yet); use a file path or sqlite://PATH"
-        ))),
+        "postgres" | "postgresql" => Ok(StorageTarget::Postgres(url.to_owned())),
         _ => Err(invalid(format!(
-            "has the scheme `{scheme}:`, which mai-agent cannot open; use a file path or \
-             sqlite://PATH"
+            "has the scheme `{scheme}:`, which mai-agent cannot open; use a file path, \
+             sqlite://PATH or postgres://USER@HOST/DATABASE"
         ))),
     }
 }
@@ -166,7 +176,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn storage_urls_are_a_path_or_sqlite_and_other_schemes_are_refused_without_the_password() {
+    fn storage_urls_are_a_path_sqlite_or_postgres_and_other_schemes_are_refused_without_the_password()
+     {
         assert_eq!(storage_target(None).unwrap(), StorageTarget::Default);
         assert_eq!(
             storage_target(Some("/srv/mai.db")).unwrap(),
@@ -188,9 +199,9 @@ mod tests {
             "postgres://u:s3cret@127.0.0.1:5432/mai",
             "postgresql://u:s3cret@db/mai",
         ] {
-            let err = storage_target(Some(url)).unwrap_err().to_string();
-            assert!(err.contains("not supported in this build"), "{err}");
-            assert!(!err.contains("s3cret"), "no password in {err}");
+            let target = storage_target(Some(url)).unwrap();
+            assert_eq!(target, StorageTarget::Postgres(url.to_owned()));
+            assert!(!format!("{target:?}").contains("s3cret"), "{target:?}");
         }
         let err = storage_target(Some("mysql://u:s3cret@db/mai"))
             .unwrap_err()

@@ -377,8 +377,8 @@ pub struct PluginApiConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
-    /// A SQLite file: a bare path or `sqlite://PATH`; default: `<data_dir>/mai-agent.db`.
-    /// Other schemes are refused (see [`storage_target`]).
+    /// A SQLite file (a bare path or `sqlite://PATH`; default: `<data_dir>/mai-agent.db`) or a
+    /// PostgreSQL database (`postgres://…`). Other schemes are refused (see [`storage_target`]).
     pub url: Option<String>,
     /// How durable each commit is: `normal` (default; survives a crash of the process) or
     /// `full` (synced to disk before it returns; survives a power loss too, at the cost of one
@@ -862,15 +862,24 @@ mod tests {
     }
 
     #[test]
-    fn storage_url_with_another_scheme_is_refused_by_validation() {
+    fn storage_url_with_another_scheme_is_refused_by_validation_and_postgres_is_taken() {
         let err = Config::from_env(env(&[(
             "MAI_AGENT__STORAGE__URL",
-            "postgres://u:pw@127.0.0.1:5432/mai",
+            "mysql://u:pw@127.0.0.1:3306/mai",
         )]))
         .unwrap_err()
         .to_string();
-        assert!(err.contains("not supported in this build"), "{err}");
+        assert!(err.contains("cannot open"), "{err}");
         assert!(!err.contains("pw@"), "{err}");
+        let config = Config::from_env(env(&[(
+            "MAI_AGENT__STORAGE__URL",
+            "postgres://u:pw@127.0.0.1:5432/mai",
+        )]))
+        .unwrap();
+        assert_eq!(
+            config.storage.url.as_deref(),
+            Some("postgres://u:pw@127.0.0.1:5432/mai")
+        );
     }
 
     #[test]

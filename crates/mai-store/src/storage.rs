@@ -1,0 +1,236 @@
+//! [`Storage`]: the databases a command runs on, opened from where `[storage] url` points — a
+//! SQLite file or a PostgreSQL database — and [`Store`], the task store on either. Above this
+//! crate nothing knows which backend it has: the engine and the server get a `TaskStore`, the
+//! retention job [`Store::prune_finished`], the embedded host a [`Database`].
+//!
+//! With PostgreSQL the tasks (records, status logs, histories) live in the database; the
+//! embedded host's chat tables stay in a SQLite file of the data directory for now (its
+//! PostgreSQL tables do not exist yet), so instances sharing one database do not share chat
+//! history. Must not: know task semantics or any component's tables.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use mai_core::store::{
+    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError,
+    TaskCounts, TaskFilter, TaskStore, TaskWrite,
+};
+use mai_core::task::{TaskId, TaskRecord, TaskStatus};
+
+use crate::database::{Database, SqliteOptions};
+use crate::postgres::{PgOptions, PgStore};
+use crate::sqlite::SqliteStore;
+
+/// Where the databases are.
+#[derive(Clone)]
+pub enum Location {
+    /// One SQLite file for the tasks and the chat tables.
+    Sqlite {
+        path: PathBuf,
+        options: SqliteOptions,
+    },
+    /// The tasks in PostgreSQL (`url` may hold a password: never shown); the chat tables in the
+    /// SQLite file `chats`.
+    Postgres {
+        url: String,
+        options: PgOptions,
+        chats: PathBuf,
+        chat_options: SqliteOptions,
+    },
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Location {
+    /// Where the tasks are, for messages (never the URL, which may hold a password).
+    pub fn describe(&self) -> String {
+        match self {
+            Location::Sqlite { path, .. } => format!("the SQLite file {}", path.display()),
+            Location::Postgres { .. } => "the PostgreSQL database of [storage] url".to_owned(),
+        }
+    }
+}
+
+/// The task store on either backend. Cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+/// The opened databases: the task store, and the database the embedded host keeps its tables
+/// in (the same file as the tasks on SQLite).
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pub store: Store,
+    pub host_database: Database,
+}
+
+fn opening(doing: &'static str) -> impl FnOnce(crate::database::OpenError) -> StoreError {
+    move |error| StoreError::Database {
+        doing,
+        source: Box::new(error),
+    }
+}
+
+impl Storage {
+    /// Opens (creating and migrating) the databases at `location`.
+    pub async fn open(location: &Location) -> Result<Self, StoreError> {
+        match location {
+            Location::Sqlite { path, options } => {
+                let db = Database::open(path, options)
+                    .await
+                    .map_err(opening("opening the task database"))?;
+                let store = SqliteStore::on(db.clone()).await?;
+                Ok(Storage {
+                    store: Store::Sqlite(store),
+                    host_database: db,
+                })
+            }
+            Location::Postgres {
+                url,
+                options,
+                chats,
+                chat_options,
+            } => {
+                let store = PgStore::connect_with(url, options).await?;
+                let host_database = Database::open(chats, chat_options)
+                    .await
+                    .map_err(opening("opening the chat tables' file"))?;
+                Ok(Storage {
+                    store: Store::Postgres(store),
+                    host_database,
+                })
+            }
+        }
+    }
+}
+
+impl Store {
+    fn inner(&self) -> &dyn TaskStore {
+        match self {
+            Store::Sqlite(store) => store,
+            Store::Postgres(store) => store,
+        }
+    }
+
+    /// Deletes the finished tasks last changed before `before` (see `retention`); how many.
+    pub async fn prune_finished(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.prune_finished(before).await,
+            Store::Postgres(store) => store.prune_finished(before).await,
+        }
+    }
+
+    /// Finishes queued writes and closes the connections.
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(store) => store.close().await,
+            Store::Postgres(store) => store.close().await,
+        }
+    }
+}
+
+#[async_trait]
+impl TaskStore for Store {
+    async fn insert(&self, task: &TaskRecord) -> Result<(), StoreError> {
+        self.inner().insert(task).await
+    }
+
+    async fn insert_admitted(
+        &self,
+        task: &TaskRecord,
+        query: &CountQuery<'_>,
+        admit: Admit,
+    ) -> Result<Result<(), String>, StoreError> {
+        self.inner().insert_admitted(task, query, admit).await
+    }
+
+    async fn save(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner().save(task, expected).await
+    }
+
+    async fn checkpoint(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner().checkpoint(task, expected, history).await
+    }
+
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[mai_core::usage::UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner()
+            .checkpoint_with_usage(task, expected, history, usage)
+            .await
+    }
+
+    async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError> {
+        self.inner().write(writes).await
+    }
+
+    async fn record_usage(
+        &self,
+        records: &[mai_core::usage::UsageRecord],
+    ) -> Result<(), StoreError> {
+        self.inner().record_usage(records).await
+    }
+
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        self.inner().usage(query).await
+    }
+
+    async fn update(&self, id: TaskId, change: Change) -> Result<Option<TaskRecord>, StoreError> {
+        self.inner().update(id, change).await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        self.inner().get(id).await
+    }
+
+    async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError> {
+        self.inner().resolve(reference).await
+    }
+
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.inner().list(filter).await
+    }
+
+    async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
+        self.inner().counts(query).await
+    }
+
+    async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        self.inner().list_active().await
+    }
+
+    async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.inner().history(id, from_seq).await
+    }
+
+    async fn append_history(
+        &self,
+        id: TaskId,
+        entries: &[NewHistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.inner().append_history(id, entries).await
+    }
+}
