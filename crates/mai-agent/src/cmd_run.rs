@@ -212,7 +212,8 @@ fn finish(args: &RunArgs, task: &TaskRecord) -> Result<bool> {
     if args.json {
         println!(
             "{}",
-            json!({"task_id": task.id, "status": task.status, "answer": answer, "rounds": task.metadata.rounds})
+            json!({"task_id": task.id, "status": task.status, "answer": answer,
+                   "error": task.metadata.error, "rounds": task.metadata.rounds})
         );
     } else if task.metadata.rounds == 0 && task.status != TaskStatus::Completed {
         // `round 1` was shown when it started; it never got an answer, so it does not count.

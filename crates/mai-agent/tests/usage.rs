@@ -153,3 +153,26 @@ async fn prices_turn_tokens_into_a_cost_shown_beside_them() {
         "{table}"
     );
 }
+
+#[tokio::test]
+async fn a_model_repeating_one_call_fails_the_run_with_an_error_naming_the_tool() {
+    let (server, _) = fake_model(|results, _| {
+        tool_call(&format!("r{results}"), "read", json!({"path": "a.txt"}))
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let output = mai(data.path(), &server)
+        .args(["run", "read it again and again", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "the task did not complete");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let result: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(result["status"], "failed");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("called `read` 5 times with identical arguments"),
+        "{error}"
+    );
+}

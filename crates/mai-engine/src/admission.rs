@@ -191,18 +191,25 @@ async fn spent(
     if let Some((person, budget)) = who.requester_budget(budgets)
         && budget.limits_spending()
     {
+        let waiting = engine
+            .meter
+            .waiting_sum(Some(&person), who.stream.as_str(), today.start);
         let query = UsageQuery {
             requester: Some(person),
             ..base.clone()
         };
         spent[0] = engine.store.usage(&query).await?.pop().unwrap_or_default();
+        spent[0].add(&waiting);
     }
     if budgets.for_stream(who.stream.as_str()).limits_spending() {
+        let stream = who.stream.as_str();
+        let waiting = engine.meter.waiting_sum(None, stream, today.start);
         let query = UsageQuery {
-            stream: Some(who.stream.to_string()),
+            stream: Some(stream.to_owned()),
             ..base
         };
         spent[1] = engine.store.usage(&query).await?.pop().unwrap_or_default();
+        spent[1].add(&waiting);
     }
     Ok(spent)
 }

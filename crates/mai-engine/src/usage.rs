@@ -117,6 +117,35 @@ impl Meter {
         *held = records;
     }
 
+    /// The records still waiting for a checkpoint that `requester` (or, with `None`, the
+    /// stream `stream`) spent since `since`: the budgets count them too, so a tool call in the
+    /// round that crossed a budget already sees it.
+    pub(crate) fn waiting_sum(
+        &self,
+        requester: Option<&str>,
+        stream: &str,
+        since: DateTime<Utc>,
+    ) -> UsageTotals {
+        let mut sum = UsageTotals::default();
+        for record in lock(&self.pending).values().flatten() {
+            let matches = match requester {
+                Some(person) => record.requester.as_deref() == Some(person),
+                None => record.stream_id == stream,
+            };
+            if matches && record.at >= since {
+                sum.add(&UsageTotals {
+                    prompt_tokens: record.prompt_tokens,
+                    completion_tokens: record.completion_tokens,
+                    cached_tokens: record.cached_tokens,
+                    calls: 1,
+                    cost: record.cost.unwrap_or(0.0),
+                    ..UsageTotals::default()
+                });
+            }
+        }
+        sum
+    }
+
     /// The sums since the process started, by model and purpose.
     pub fn sums(&self) -> Vec<(String, UsagePurpose, UsageTotals)> {
         lock(&self.sums)

@@ -1243,3 +1243,99 @@ async fn live_events_follow_a_task_filter_by_task_and_end_when_the_server_stops(
         assert!(ended.await.is_ok(), "the stream did not end");
     }
 }
+
+#[tokio::test]
+async fn usage_is_summed_per_task_and_over_any_grouping_and_metrics_count_tokens() {
+    let with_usage = |mut response: ChatResponse, prompt: u64| {
+        response.usage = Some(mai_core::model::Usage {
+            prompt_tokens: prompt,
+            completion_tokens: 5,
+            total_tokens: prompt + 5,
+            cached_tokens: 2,
+        });
+        response
+    };
+    let model = ScriptedModel::from_responses([
+        with_usage(call("list_my_tasks", json!({})), 100),
+        with_usage(ChatResponse::text("Nothing else."), 30),
+    ]);
+    let (mut service, served) = start(model).await;
+    let (status, created) = json_of(
+        served
+            .post("/v1/tasks")
+            .json(&json!({"intent": "look around", "stream_id": "qq:group:42",
+                          "platform": "qq", "title": "look"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = task_id(&created);
+    service.wait_status(id, TaskStatus::Completed).await;
+
+    let (status, task) = json_of(
+        served
+            .get(&format!("/v1/tasks/{}", id.short()))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(task["usage"]["prompt_tokens"], 130, "{task}");
+    assert_eq!(task["usage"]["completion_tokens"], 10);
+    assert_eq!(task["usage"]["cached_tokens"], 4);
+    assert_eq!(task["usage"]["calls"], 2);
+    assert_eq!(task["usage"]["currency"], "USD");
+
+    let (status, usage) = json_of(
+        served
+            .get("/v1/usage?group_by=stream&since=today")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["groups"][0]["key"], "qq:group:42");
+    assert_eq!(usage["groups"][0]["prompt_tokens"], 130);
+    assert_eq!(usage["total"]["calls"], 2);
+
+    let (status, error) = json_of(
+        served
+            .get("/v1/usage?group_by=colour")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(error.to_string().contains("group_by"), "{error}");
+    let (status, error) = json_of(
+        served
+            .get("/v1/usage?since=yesterday-ish")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(error.to_string().contains("since"), "{error}");
+
+    let metrics = served
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "mai_model_tokens_total{model=\"gpt-4o-mini\",purpose=\"agent\",kind=\"prompt\"} 130"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("mai_model_calls_total{model=\"gpt-4o-mini\",purpose=\"agent\"} 2"));
+}

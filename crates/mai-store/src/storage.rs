@@ -167,8 +167,34 @@ impl TaskStore for Store {
         self.inner().checkpoint(task, expected, history).await
     }
 
+    async fn checkpoint_with_usage(
+        &self,
+        task: &TaskRecord,
+        expected: Option<TaskStatus>,
+        history: &[NewHistoryEntry],
+        usage: &[mai_core::usage::UsageRecord],
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner()
+            .checkpoint_with_usage(task, expected, history, usage)
+            .await
+    }
+
     async fn write(&self, writes: &[TaskWrite<'_>]) -> Result<SaveOutcome, StoreError> {
         self.inner().write(writes).await
+    }
+
+    async fn record_usage(
+        &self,
+        records: &[mai_core::usage::UsageRecord],
+    ) -> Result<(), StoreError> {
+        self.inner().record_usage(records).await
+    }
+
+    async fn usage(
+        &self,
+        query: &mai_core::usage::UsageQuery,
+    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
+        self.inner().usage(query).await
     }
 
     async fn update(&self, id: TaskId, change: Change) -> Result<Option<TaskRecord>, StoreError> {
@@ -193,25 +219,6 @@ impl TaskStore for Store {
 
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
         self.inner().list_active().await
-    }
-
-    async fn checkpoint_with_usage(
-        &self,
-        task: &TaskRecord,
-        expected: Option<TaskStatus>,
-        history: &[NewHistoryEntry],
-        usage: &[mai_core::usage::UsageRecord],
-    ) -> Result<SaveOutcome, StoreError> {
-        self.inner()
-            .checkpoint_with_usage(task, expected, history, usage)
-            .await
-    }
-
-    async fn usage(
-        &self,
-        query: &mai_core::usage::UsageQuery,
-    ) -> Result<Vec<mai_core::usage::UsageTotals>, StoreError> {
-        self.inner().usage(query).await
     }
 
     async fn history(&self, id: TaskId, from_seq: u64) -> Result<Vec<HistoryEntry>, StoreError> {

@@ -1,4 +1,5 @@
-//! The `usage` table: one row per model call (migration 4). Rows are encoded on the caller's
+//! The `usage` table: one row per model call (migration 4; PostgreSQL: its version 2, written by
+//! `postgres/usage.rs` from the same rows). Rows are encoded on the caller's
 //! thread ([`UsageRows`]) and appended inside whatever write carries them — usually a task's
 //! checkpoint, so recording usage costs no transaction of its own; sums are one grouped
 //! `SELECT` on a reader.

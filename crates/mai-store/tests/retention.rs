@@ -65,3 +65,52 @@ async fn finished_tasks_older_than_the_cutoff_are_deleted_with_their_history() {
     // Nothing left to delete: a second run deletes nothing.
     assert_eq!(store.prune_finished(at(5_000)).await.unwrap(), 0);
 }
+
+fn usage_of(task: &TaskRecord, prompt: u64) -> mai_core::usage::UsageRecord {
+    mai_core::usage::UsageRecord {
+        at: at(50),
+        day: at(50).date_naive(),
+        task_id: Some(task.id),
+        round: 1,
+        purpose: mai_core::usage::UsagePurpose::Agent,
+        model: "m".into(),
+        prompt_tokens: prompt,
+        completion_tokens: 1,
+        cached_tokens: 0,
+        estimated: false,
+        latency_ms: 3,
+        owner: task.owner.to_string(),
+        requester: task.requester().map(ToString::to_string),
+        stream_id: task.stream_id.to_string(),
+        cost: Some(0.5),
+    }
+}
+
+#[tokio::test]
+async fn pruning_a_finished_task_never_deletes_the_usage_it_caused() {
+    let store = file_store().await.store;
+    let old = finished("old", TaskStatus::Completed, 100);
+    store.insert(&old).await.unwrap();
+    store
+        .checkpoint_with_usage(
+            &old,
+            Some(TaskStatus::Completed),
+            &[],
+            &[usage_of(&old, 40)],
+        )
+        .await
+        .unwrap();
+    store.record_usage(&[usage_of(&old, 2)]).await.unwrap();
+
+    assert_eq!(store.prune_finished(at(5_000)).await.unwrap(), 1);
+
+    assert!(store.get(old.id).await.unwrap().is_none());
+    let query = mai_core::usage::UsageQuery {
+        task: Some(old.id),
+        ..Default::default()
+    };
+    let totals = store.usage(&query).await.unwrap();
+    assert_eq!(totals.len(), 1);
+    assert_eq!((totals[0].prompt_tokens, totals[0].calls), (42, 2));
+    assert!((totals[0].cost - 1.0).abs() < 1e-12);
+}

@@ -104,10 +104,16 @@ impl ChatModel for InstantModel {
             return Ok(ChatResponse::text("a title"));
         }
         let done = tool_results(req);
-        Ok(match self.script {
+        let mut response = match self.script {
+            // A new argument each round, as a model that makes progress writes them (the same
+            // call again and again is what the loop guard stops).
             Script::ToolRounds(rounds) if done < rounds => ChatResponse::tool_calls(
                 "",
-                vec![ToolCall::new(format!("call_{done}"), "noop", json!({}))],
+                vec![ToolCall::new(
+                    format!("call_{done}"),
+                    "noop",
+                    json!({"step": done}),
+                )],
             ),
             Script::AskFirst if done == 0 => ChatResponse::tool_calls(
                 "",
@@ -118,7 +124,15 @@ impl ChatModel for InstantModel {
                 )],
             ),
             _ => ChatResponse::text("done: all volumes are below 80%"),
-        })
+        };
+        // Providers report usage (streamed calls ask for it): the engine records it per round.
+        response.usage = Some(mai_core::model::Usage {
+            prompt_tokens: 1_000 + 50 * done as u64,
+            completion_tokens: 20,
+            total_tokens: 1_020 + 50 * done as u64,
+            cached_tokens: 800,
+        });
+        Ok(response)
     }
 }
 
