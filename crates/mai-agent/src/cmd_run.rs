@@ -72,8 +72,9 @@ pub async fn run(app: App, args: RunArgs) -> Result<bool> {
     let mut events = engine.subscribe();
     engine.start().await?;
     let task = terminal.create_or_resume().await?;
-    // A task that ended before we started watching (e.g. resumed after it finished).
-    if !engine.get(&caller, task.id).await?.status.is_terminal() {
+    // Not a task resumed after it finished. Events are received from before the engine
+    // started, so a task that ends at once (its model down) still has its end shown.
+    if !task.status.is_terminal() {
         terminal.follow(&task, &mut events).await?;
     }
     engine.stop().await;

@@ -176,23 +176,25 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
         fs.store.insert(&record).await.unwrap();
     }
     fs.store.close().await;
-    // Back to schema version 2: the columns and the record of their migration gone.
+    // Back to schema version 2: the columns, the usage table and the record of their
+    // migrations gone.
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
     for statement in [
+        "DROP TABLE usage",
         "DROP INDEX tasks_by_requester",
         "DROP INDEX tasks_by_created_by",
         "DROP INDEX tasks_active_by_requester",
         "DROP INDEX tasks_active_by_stream",
         "ALTER TABLE tasks DROP COLUMN requester",
         "ALTER TABLE tasks DROP COLUMN created_by",
-        "DELETE FROM _sqlx_migrations WHERE version = 3",
+        "DELETE FROM _sqlx_migrations WHERE version >= 3",
     ] {
         conn.execute_batch(statement).unwrap();
     }
     drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), 4);
     let of = |who: &str| TaskFilter {
         requester: Some(person(who)),
         ..TaskFilter::default()
