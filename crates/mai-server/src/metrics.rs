@@ -132,6 +132,55 @@ struct Inner {
     render: tokio::sync::Mutex<()>,
 }
 
+/// Registers `metric` under `name` with its `help` and returns it (a clone shares its value).
+fn add<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// The model calls' metrics: latency, tokens, answered calls and cost.
+struct ModelFamilies {
+    latency: HistogramFamily,
+    tokens: Family<TokenLabels, Counter>,
+    calls: Family<UsageLabels, Counter>,
+    cost: Family<CostLabels, CostCounter>,
+}
+
+impl ModelFamilies {
+    fn register(r: &mut Registry) -> Self {
+        ModelFamilies {
+            latency: add(
+                r,
+                "model_request_duration_seconds",
+                "Model call latency, by purpose (agent, replyer, title) and outcome (ok or error)",
+                Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            ),
+            tokens: add(
+                r,
+                "model_tokens",
+                "Model tokens since start, by model, purpose (agent, subagent, title, polish) and \
+                 kind (prompt, completion, cached; cached is part of prompt)",
+                Family::default(),
+            ),
+            calls: add(
+                r,
+                "model_calls",
+                "Answered model calls since start, by model and purpose",
+                Family::default(),
+            ),
+            cost: add(
+                r,
+                "model_cost",
+                "Model cost since start from [prices], by model, purpose and currency",
+                Family::default(),
+            ),
+        }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -141,81 +190,57 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("mai");
-        let tasks = Family::<StateLabels, Gauge>::default();
-        registry.register(
+        let r = &mut registry;
+        let tasks = add(
+            r,
             "tasks",
             "Tasks in each active state, read from the task store at scrape time",
-            tasks.clone(),
+            Family::<StateLabels, Gauge>::default(),
         );
-        let finished = Family::<StateLabels, Counter>::default();
-        registry.register(
+        let finished = add(
+            r,
             "tasks_finished",
             "Tasks that reached a terminal state (completed, failed, cancelled) since start",
-            finished.clone(),
+            Family::<StateLabels, Counter>::default(),
         );
-        let rounds = Counter::default();
-        registry.register(
+        let rounds = add(
+            r,
             "agent_rounds",
             "Agent-loop rounds started since start",
-            rounds.clone(),
+            Counter::default(),
         );
-        let tool_calls = Family::<ToolLabels, Counter>::default();
-        registry.register(
+        let tool_calls = add(
+            r,
             "tool_calls",
             "Agent-loop tool calls since start, by tool and outcome (ok or error)",
-            tool_calls.clone(),
+            Family::<ToolLabels, Counter>::default(),
         );
-        let planner_calls = Family::<PlannerLabels, Counter>::default();
-        registry.register(
+        let planner_calls = add(
+            r,
             "planner_tool_calls",
             "Planner tool calls since start, by tool, outcome (ok, failed, invalid_arguments, \
              unknown_tool, permission_denied) and door (http or mcp)",
-            planner_calls.clone(),
+            Family::<PlannerLabels, Counter>::default(),
         );
-        let model_latency: HistogramFamily =
-            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
-        registry.register(
-            "model_request_duration_seconds",
-            "Model call latency, by purpose (agent, replyer, title) and outcome (ok or error)",
-            model_latency.clone(),
-        );
-        let model_tokens = Family::<TokenLabels, Counter>::default();
-        registry.register(
-            "model_tokens",
-            "Model tokens since start, by model, purpose (agent, subagent, title, polish) and \
-             kind (prompt, completion, cached; cached is part of prompt)",
-            model_tokens.clone(),
-        );
-        let model_calls = Family::<UsageLabels, Counter>::default();
-        registry.register(
-            "model_calls",
-            "Answered model calls since start, by model and purpose",
-            model_calls.clone(),
-        );
-        let model_cost = Family::<CostLabels, CostCounter>::default();
-        registry.register(
-            "model_cost",
-            "Model cost since start from [prices], by model, purpose and currency",
-            model_cost.clone(),
-        );
-        let lagged = Counter::default();
-        registry.register(
+        let model = ModelFamilies::register(r);
+        let lagged = add(
+            r,
             "events_missed",
             "Engine events the metrics missed because they fell behind (counts are then low)",
-            lagged.clone(),
+            Counter::default(),
         );
-        let bridge_connected = Gauge::default();
-        registry.register(
+        let bridge_connected = add(
+            r,
             "bridge_connected",
             "1 while a MaiBot bridge is connected to GET /v1/bridge, else 0 (always 0 with the \
              embedded host)",
-            bridge_connected.clone(),
+            Gauge::default(),
         );
-        let bridge_held = Gauge::default();
-        registry.register(
+        let bridge_held = add(
+            r,
             "bridge_held_parts",
             "Message parts held until a MaiBot bridge connects",
-            bridge_held.clone(),
+            Gauge::default(),
         );
         Metrics {
             inner: Arc::new(Inner {
@@ -225,10 +250,10 @@ impl Metrics {
                 rounds,
                 tool_calls,
                 planner_calls,
-                model_latency,
-                model_tokens,
-                model_calls,
-                model_cost,
+                model_latency: model.latency,
+                model_tokens: model.tokens,
+                model_calls: model.calls,
+                model_cost: model.cost,
                 lagged,
                 bridge_connected,
                 bridge_held,
