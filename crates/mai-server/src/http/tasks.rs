@@ -315,6 +315,15 @@ pub(crate) async fn get(
     Ok(Json(view))
 }
 
+/// A cancelled or paused task's answer: a running one stops at its next await, so say
+/// `"stopping"` rather than claim it has stopped.
+fn stopping_view(after: &TaskRecord) -> Result<Json<Value>, ApiError> {
+    let stopping = after.status == TaskStatus::Running;
+    Ok(Json(
+        json!({ "task": task_view(after)?, "stopping": stopping }),
+    ))
+}
+
 pub(crate) async fn cancel(
     State(api): State<Api>,
     headers: HeaderMap,
@@ -325,11 +334,7 @@ pub(crate) async fn cancel(
     let after = engine
         .cancel(&acting_on(&task, &headers)?, &task.id.to_string())
         .await?;
-    // A running task stops at its next await: say so rather than claim it is cancelled.
-    let stopping = after.status == TaskStatus::Running;
-    Ok(Json(
-        json!({ "task": task_view(&after)?, "stopping": stopping }),
-    ))
+    stopping_view(&after)
 }
 
 #[derive(Debug, Deserialize)]
@@ -397,10 +402,7 @@ pub(crate) async fn pause(
     let after = engine
         .pause(&acting_on(&task, &headers)?, &task.id.to_string())
         .await?;
-    let stopping = after.status == TaskStatus::Running;
-    Ok(Json(
-        json!({ "task": task_view(&after)?, "stopping": stopping }),
-    ))
+    stopping_view(&after)
 }
 
 /// Resumes a paused task: it is queued again (`pending`) and continues from its checkpoint.
