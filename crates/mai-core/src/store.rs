@@ -174,20 +174,27 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn insert(&self, task: &TaskRecord) -> Result<(), StoreError>;
 
     /// Persist a new task if `admit` accepts the counts of `query`; `Ok(Err(reason))`: refused,
-    /// nothing written. A store with one writer counts inside the transaction that inserts, so
-    /// concurrent creations cannot all pass one count (the caps of `[limits]` hold exactly).
-    /// The default counts, then inserts: exact only when creations do not race.
+    /// the task not written. `usage` (the model calls made to create it, e.g. its title) is
+    /// appended either way — those calls were made — in the same transaction, so creating a
+    /// task costs one write. A store with one writer counts inside the transaction that
+    /// inserts, so concurrent creations cannot all pass one count (the caps of `[limits]` hold
+    /// exactly). The default counts, then inserts: exact only when creations do not race.
     async fn insert_admitted(
         &self,
         task: &TaskRecord,
         query: &CountQuery<'_>,
         admit: Admit,
+        usage: &[UsageRecord],
     ) -> Result<Result<(), String>, StoreError> {
         let counts = self.counts(query).await?;
-        if let Err(reason) = admit(&counts) {
-            return Ok(Err(reason));
+        let admitted = admit(&counts);
+        if admitted.is_ok() {
+            self.insert(task).await?;
         }
-        self.insert(task).await.map(Ok)
+        if !usage.is_empty() {
+            self.record_usage(usage).await?;
+        }
+        Ok(admitted)
     }
 
     /// Write `task`; with `expected`, only if the stored status still equals it. Appends the

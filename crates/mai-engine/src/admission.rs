@@ -22,7 +22,7 @@ use mai_core::ids::{Owner, PersonId, StreamId};
 use mai_core::role::Role;
 use mai_core::store::{CountQuery, TaskCounts};
 use mai_core::task::{TaskRecord, Trigger};
-use mai_core::usage::{UsageQuery, UsageTotals};
+use mai_core::usage::{UsageQuery, UsageRecord, UsageTotals};
 
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -54,8 +54,13 @@ pub(crate) async fn check(engine: &Engine, task: &TaskRecord) -> Result<(), Engi
 }
 
 /// Inserts `task` unless it would exceed a cap or a budget, counted in the inserting
-/// transaction.
-pub(crate) async fn insert(engine: &Engine, task: &TaskRecord) -> Result<(), EngineError> {
+/// transaction; `usage` (the calls made to create it) is written in that transaction, refused
+/// or not.
+pub(crate) async fn insert(
+    engine: &Engine,
+    task: &TaskRecord,
+    usage: &[UsageRecord],
+) -> Result<(), EngineError> {
     let limits = engine.config.config().limits.clone();
     let who = Who::of_task(engine, task);
     let today = Today::of(engine);
@@ -72,9 +77,12 @@ pub(crate) async fn insert(engine: &Engine, task: &TaskRecord) -> Result<(), Eng
             None => Ok(()),
         }
     });
+    for record in usage {
+        engine.meter.count(record);
+    }
     engine
         .store
-        .insert_admitted(task, &count_query(task, since), admit)
+        .insert_admitted(task, &count_query(task, since), admit, usage)
         .await?
         .map_err(EngineError::LimitReached)
 }

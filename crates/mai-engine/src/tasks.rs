@@ -18,6 +18,7 @@ use mai_core::store::{HistoryEntry, HistoryKind, NewHistoryEntry, Resolved, Task
 use mai_core::task::{
     NewTask, PauseCause, StatusChange, TaskLevel, TaskRecord, TaskStatus, Trigger,
 };
+use mai_core::usage::UsageRecord;
 
 use crate::cron::next_fire_blocking;
 use crate::engine::Engine;
@@ -245,14 +246,18 @@ impl Engine {
         task.metadata.group_id = caller.group_id.clone();
         acts_for(&mut task, caller, parent.as_ref());
         // Checked when the task is inserted; when the title costs a model call, before it too.
+        // The title call's usage is written with the task (one write).
+        let mut usage = None;
         task.title = match request.title.filter(|t| !t.trim().is_empty()) {
             Some(title) => title.trim().chars().take(80).collect(),
             None => {
                 crate::admission::check(self, &task).await?;
-                self.title_for(&task).await
+                let (title, record) = self.title_for(&task).await;
+                usage = record;
+                title
             }
         };
-        crate::admission::insert(self, &task).await?;
+        crate::admission::insert(self, &task, usage.as_slice()).await?;
         self.emit(TaskEvent::Created {
             task_id: task.id,
             title: task.title.clone(),
@@ -266,42 +271,41 @@ impl Engine {
 
     /// A short title from the model, or the intent's first 40 characters. The call's usage is
     /// recorded for `task`.
-    async fn title_for(&self, task: &TaskRecord) -> String {
+    async fn title_for(&self, task: &TaskRecord) -> (String, Option<UsageRecord>) {
         let intent = task.intent.as_str();
         let fallback = || intent.chars().take(40).collect::<String>();
         let Ok(prompt) = self
             .prompts
             .render(PromptName::Title, &json!({"intent": intent}))
         else {
-            return fallback();
+            return (fallback(), None);
         };
         let request = ChatRequest::new(ModelPurpose::Title, vec![ChatMessage::user(prompt)]);
         let started = std::time::Instant::now();
-        match tokio::time::timeout(TITLE_TIMEOUT, self.model.complete(&request)).await {
-            Ok(Ok(response)) => {
-                let served = crate::usage::Served::task(task);
-                self.record_usage_now(crate::usage::record_of(
-                    self,
-                    &served,
-                    mai_core::usage::UsagePurpose::Title,
-                    &request,
-                    &response,
-                    started,
-                ))
-                .await;
-                let title = response.message.content.lines().next().unwrap_or_default();
-                let title = title
-                    .trim()
-                    .trim_matches(['"', '“', '”', '「', '」'])
-                    .trim();
-                if title.is_empty() {
-                    fallback()
-                } else {
-                    title.chars().take(80).collect()
-                }
-            }
-            _ => fallback(),
-        }
+        let Ok(Ok(response)) =
+            tokio::time::timeout(TITLE_TIMEOUT, self.model.complete(&request)).await
+        else {
+            return (fallback(), None);
+        };
+        let record = crate::usage::record_of(
+            self,
+            &crate::usage::Served::task(task),
+            mai_core::usage::UsagePurpose::Title,
+            &request,
+            &response,
+            started,
+        );
+        let title = response.message.content.lines().next().unwrap_or_default();
+        let title = title
+            .trim()
+            .trim_matches(['"', '“', '”', '「', '」'])
+            .trim();
+        let title = if title.is_empty() {
+            fallback()
+        } else {
+            title.chars().take(80).collect()
+        };
+        (title, Some(record))
     }
 
     /// Tasks the caller may see: admins any (as filtered), others those acting for them.

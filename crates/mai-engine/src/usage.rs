@@ -85,7 +85,7 @@ impl Meter {
     }
 
     /// Adds `record` to the process's sums (every record passes here once).
-    fn count(&self, record: &UsageRecord) {
+    pub(crate) fn count(&self, record: &UsageRecord) {
         let mut sums = lock(&self.sums);
         let sum = sums
             .entry((record.model.clone(), record.purpose))

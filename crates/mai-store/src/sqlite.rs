@@ -147,10 +147,6 @@ impl SqliteStore {
             Ok(()) => Ok(SaveOutcome::Saved),
             Err(Failure::Conflict(conflict)) => Ok(conflict),
             Err(Failure::Store(error)) => Err(error),
-            Err(Failure::Refused(reason)) => Err(StoreError::Database {
-                doing,
-                source: reason.into(),
-            }),
             Err(Failure::Unchanged) => Err(StoreError::Database {
                 doing,
                 source: "a write reported that it changed nothing".into(),
@@ -201,22 +197,27 @@ impl TaskStore for SqliteStore {
         task: &TaskRecord,
         query: &CountQuery<'_>,
         admit: Admit,
+        usage: &[mai_core::usage::UsageRecord],
     ) -> Result<Result<(), String>, StoreError> {
         const DOING: &str = "inserting a task within the limits";
         let row = write::NewRow::encode(task)?;
+        let usage = crate::usage::encode_usage(usage);
         let (id, keys) = (task.id, read::CountKeys::of(query));
         let outcome = self
             .db
             .write(move |connection| {
                 let counts = read::count_tasks(connection, &keys)?;
-                admit(&counts).map_err(Failure::Refused)?;
-                write::insert_new(connection, &row, id, DOING).map_err(Failure::Store)
+                let admitted = admit(&counts);
+                if admitted.is_ok() {
+                    write::insert_new(connection, &row, id, DOING)?;
+                }
+                crate::usage::insert_usage(connection, &usage, DOING)?;
+                Ok::<_, Failure>(admitted)
             })
             .await
             .map_err(write_failed(DOING))?;
         match outcome {
-            Ok(()) => Ok(Ok(())),
-            Err(Failure::Refused(reason)) => Ok(Err(reason)),
+            Ok(admitted) => Ok(admitted),
             Err(Failure::Store(error)) => Err(error),
             Err(Failure::Conflict(_) | Failure::Unchanged) => Err(StoreError::Database {
                 doing: DOING,
@@ -282,10 +283,6 @@ impl TaskStore for SqliteStore {
             // Written in the same transaction as the read: no conflict can come from others.
             Err(Failure::Unchanged | Failure::Conflict(_)) => Ok(None),
             Err(Failure::Store(error)) => Err(error),
-            Err(Failure::Refused(reason)) => Err(StoreError::Database {
-                doing: DOING,
-                source: reason.into(),
-            }),
         }
     }
 

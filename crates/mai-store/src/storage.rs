@@ -146,8 +146,11 @@ impl TaskStore for Store {
         task: &TaskRecord,
         query: &CountQuery<'_>,
         admit: Admit,
+        usage: &[mai_core::usage::UsageRecord],
     ) -> Result<Result<(), String>, StoreError> {
-        self.inner().insert_admitted(task, query, admit).await
+        self.inner()
+            .insert_admitted(task, query, admit, usage)
+            .await
     }
 
     async fn save(

@@ -67,8 +67,6 @@ type Tails = (Option<String>, i64);
 pub(crate) enum Failure {
     /// A compare-and-set expectation did not hold.
     Conflict(SaveOutcome),
-    /// A cap on task creation refused the insert (the reason, for the caller).
-    Refused(String),
     /// An update found no task, or its change left the task as it was.
     Unchanged,
     Store(StoreError),

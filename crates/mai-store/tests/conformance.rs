@@ -92,6 +92,7 @@ conformance!(
     concurrent_creations_on_two_instances_never_pass_a_cap_together,
     an_update_on_one_instance_races_a_cancel_on_another_cleanly,
     usage_rides_on_a_checkpoint_and_sums_by_group_and_time,
+    a_title_call_is_counted_with_its_task_and_also_when_the_task_is_refused,
 );
 
 async fn a_full_record_round_trips_exactly(b: Backend) {
@@ -572,7 +573,10 @@ async fn concurrent_creations_on_two_instances_never_pass_a_cap_together(b: Back
                     Err(format!("at most {CAP}"))
                 }
             });
-            store.insert_admitted(&record, &query, admit).await.unwrap()
+            store
+                .insert_admitted(&record, &query, admit, &[])
+                .await
+                .unwrap()
         }));
     }
     let mut admitted = 0;
@@ -732,5 +736,55 @@ async fn usage_rides_on_a_checkpoint_and_sums_by_group_and_time(b: Backend) {
             .iter()
             .any(|t| t.key.as_deref() == Some(task.id.to_string().as_str()) && t.calls == 2),
         "{tasks:?}"
+    );
+}
+
+async fn a_title_call_is_counted_with_its_task_and_also_when_the_task_is_refused(b: Backend) {
+    use mai_core::usage::{UsagePurpose, UsageQuery};
+    let me = person("qq:1");
+    let query = CountQuery {
+        requester: Some(&me),
+        stream: &task("x", 0).stream_id,
+        created_by: None,
+        recurring: false,
+        created_since: None,
+    };
+    let admitted = task("named", 0);
+    let title = usage_record(Some(admitted.id), "m", UsagePurpose::Title, (9, 2, 0), 1);
+    let outcome = b
+        .store
+        .insert_admitted(&admitted, &query, Box::new(|_| Ok(())), &[title])
+        .await
+        .unwrap();
+    assert_eq!(outcome, Ok(()));
+    assert!(b.other.get(admitted.id).await.unwrap().is_some());
+
+    let refused = task("refused", 1);
+    let title = usage_record(Some(refused.id), "m", UsagePurpose::Title, (4, 1, 0), 2);
+    let outcome = b
+        .store
+        .insert_admitted(
+            &refused,
+            &query,
+            Box::new(|_| Err("over the cap".to_owned())),
+            &[title],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, Err("over the cap".to_owned()));
+    assert!(
+        b.other.get(refused.id).await.unwrap().is_none(),
+        "refused: not stored"
+    );
+
+    let totals = b.other.usage(&UsageQuery::default()).await.unwrap();
+    assert_eq!(
+        (
+            totals[0].calls,
+            totals[0].prompt_tokens,
+            totals[0].completion_tokens
+        ),
+        (2, 13, 3),
+        "both title calls are counted"
     );
 }

@@ -258,11 +258,12 @@ impl TaskStore for TimedStore {
         task: &TaskRecord,
         query: &mai_core::store::CountQuery<'_>,
         admit: mai_core::store::Admit,
+        usage: &[mai_core::usage::UsageRecord],
     ) -> Result<Result<(), String>, StoreError> {
         self.timings
             .time(
                 "store.insert_admitted",
-                self.inner.insert_admitted(task, query, admit),
+                self.inner.insert_admitted(task, query, admit, usage),
             )
             .await
     }

@@ -116,7 +116,7 @@ fn agent_turn(done: usize) -> (Value, &'static str) {
         Some(id) => (
             json!({"role": "assistant", "content": null, "tool_calls": [{
                 "id": id, "type": "function",
-                "function": {"name": echo::TOOL, "arguments": echo::arguments().to_string()}}]}),
+                "function": {"name": echo::TOOL, "arguments": echo::arguments(done).to_string()}}]}),
             "tool_calls",
         ),
         None => (

@@ -17,6 +17,9 @@ pub struct Seen {
     pub status: HashMap<(TaskId, TaskStatus), (Instant, DateTime<Utc>)>,
     pub sent: usize,
     pub last_sent: Option<Instant>,
+    /// The first task seen failing, with its reason: a benchmark whose tasks fail measures
+    /// nothing, so every wait ends with it.
+    pub failed: Option<String>,
 }
 
 pub struct Recorder {
@@ -39,15 +42,17 @@ impl Recorder {
             loop {
                 match events.recv().await {
                     Ok(TaskEvent::Status {
-                        task_id, status, ..
+                        task_id,
+                        status,
+                        reason,
                     }) => {
                         let at = (Instant::now(), Utc::now());
-                        me.seen
-                            .lock()
-                            .unwrap()
-                            .status
-                            .entry((task_id, status))
-                            .or_insert(at);
+                        let mut seen = me.seen.lock().unwrap();
+                        seen.status.entry((task_id, status)).or_insert(at);
+                        if status == TaskStatus::Failed && seen.failed.is_none() {
+                            seen.failed = Some(format!("task {task_id} failed: {reason}"));
+                        }
+                        drop(seen);
                         me.changed.notify_waiters();
                     }
                     Ok(TaskEvent::Sent { .. }) => {
@@ -69,15 +74,21 @@ impl Recorder {
         recorder
     }
 
-    /// Waits (bounded) until `done` holds for what was seen.
+    /// Waits (bounded) until `done` holds for what was seen; a failed task ends the wait.
     pub async fn wait_until(&self, what: &str, done: impl Fn(&Seen) -> bool) {
         tokio::time::timeout(Duration::from_secs(300), async {
             loop {
                 let changed = self.changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if done(&self.seen.lock().unwrap()) {
-                    return;
+                {
+                    let seen = self.seen.lock().unwrap();
+                    if let Some(failed) = &seen.failed {
+                        panic!("{failed} (while waiting for {what}); the figures would be wrong");
+                    }
+                    if done(&seen) {
+                        return;
+                    }
                 }
                 if self.lagged.load(Ordering::Relaxed) > 0 {
                     panic!("the event recorder lagged; figures would be wrong ({what})");

@@ -250,10 +250,6 @@ impl PgStore {
             Ok(()) => Ok(SaveOutcome::Saved),
             Err(Failure::Conflict(conflict)) => Ok(conflict),
             Err(Failure::Store(error)) => Err(error),
-            Err(Failure::Refused(reason)) => Err(StoreError::Database {
-                doing,
-                source: reason.into(),
-            }),
             Err(Failure::Unchanged) => Err(StoreError::Database {
                 doing,
                 source: "a write reported that it changed nothing".into(),
@@ -290,9 +286,11 @@ impl TaskStore for PgStore {
         task: &TaskRecord,
         query: &CountQuery<'_>,
         admit: Admit,
+        usage: &[mai_core::usage::UsageRecord],
     ) -> Result<Result<(), String>, StoreError> {
         const DOING: &str = "inserting a task within the limits";
         let rows = Rows::insert(task)?;
+        let usage = crate::usage::encode_usage(usage);
         let (id, keys) = (task.id, CountKeys::of(query));
         let outcome = self
             .transaction(DOING, async |connection| {
@@ -302,19 +300,19 @@ impl TaskStore for PgStore {
                     .await
                     .map_err(pg(DOING))?;
                 let counts = read::count_tasks(connection, &keys).await?;
-                admit(&counts).map_err(Failure::Refused)?;
+                let admitted = admit(&counts);
                 let Rows::Insert { row, log } = &rows else {
                     return Err(Failure::Unchanged);
                 };
-                match write::insert(connection, row, log, DOING).await? {
-                    true => Ok(()),
-                    false => Err(Failure::Store(StoreError::Duplicate(id))),
+                if admitted.is_ok() && !write::insert(connection, row, log, DOING).await? {
+                    return Err(Failure::Store(StoreError::Duplicate(id)));
                 }
+                usage::insert_usage(connection, &usage, DOING).await?;
+                Ok(admitted)
             })
             .await?;
         match outcome {
-            Ok(()) => Ok(Ok(())),
-            Err(Failure::Refused(reason)) => Ok(Err(reason)),
+            Ok(admitted) => Ok(admitted),
             Err(Failure::Store(error)) => Err(error),
             Err(Failure::Conflict(_) | Failure::Unchanged) => Err(StoreError::Database {
                 doing: DOING,
@@ -371,10 +369,6 @@ impl TaskStore for PgStore {
             Ok(task) => Ok(Some(task)),
             Err(Failure::Unchanged | Failure::Conflict(_)) => Ok(None),
             Err(Failure::Store(error)) => Err(error),
-            Err(Failure::Refused(reason)) => Err(StoreError::Database {
-                doing: DOING,
-                source: reason.into(),
-            }),
         }
     }
 

@@ -20,7 +20,6 @@ use crate::status_log::{StoredTail, first_difference_in};
 #[derive(Debug)]
 pub(crate) enum Failure {
     Conflict(SaveOutcome),
-    Refused(String),
     Unchanged,
     Store(StoreError),
 }
