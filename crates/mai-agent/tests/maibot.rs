@@ -8,7 +8,9 @@
 //! person answers there → the task's answer arrives in the group once; `/mt list` typed in the
 //! group is answered there; the second group's planner neither sees nor reads the first group's
 //! task; mai-agent SIGKILLed mid-task and restarted → the plugin reconnects → the answer arrives
-//! once. Without an installable MaiBot the test prints SKIP (and fails under `CI=true`).
+//! once. A member over a daily budget is told so in the group (`/mt create`), MaiBot's planner
+//! is told so (`mai_subagent_create`), and a task crossing it pauses with a notice there.
+//! Without an installable MaiBot the test prints SKIP (and fails under `CI=true`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -269,12 +271,17 @@ impl Respond for Shared {
 
 /// `mai-agent serve` as the MaiBot host, on a fixed port so a restart keeps the address.
 fn serve(data: &std::path::Path, model: &MockServer, port: u16) -> Served {
+    serve_with(data, model, port, "")
+}
+
+/// [`serve`] with more configuration after the test's own.
+fn serve_with(data: &std::path::Path, model: &MockServer, port: u16, extra: &str) -> Served {
     let config = data.join("mai-agent.toml");
     std::fs::write(
         &config,
         format!(
             "[server]\nauth_token = \"{TOKEN}\"\n\n[host]\nkind = \"maibot\"\n\n\
-             [permission]\nusers = [\"qq:{ALICE}\", \"qq:{BOB}\"]\n"
+             [permission]\nusers = [\"qq:{ALICE}\", \"qq:{BOB}\"]\n{extra}"
         ),
     )
     .unwrap();
@@ -486,6 +493,126 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     maibot.stop();
     let _ = served.terminate();
     lap("wrap-up", &mut clock);
+}
+
+/// MaiBot, started offline with the bridge plugin pointed at `served`, connected.
+fn maibot_with_bridge(
+    python: &std::path::Path,
+    instance: &std::path::Path,
+    fixture: &Fixture,
+    served: &mut Served,
+) -> MaiBot {
+    let mut maibot = MaiBot::start(MaiBotSpec {
+        python,
+        dir: instance,
+        model_url: format!("{}/v1", fixture.model.uri()),
+        ws_port: free_port(),
+        plugins: vec![plugin_dir()],
+        env: vec![
+            ("MAI_AGENT_URL".into(), served.base.clone()),
+            ("MAI_AGENT_TOKEN".into(), TOKEN.into()),
+        ],
+    });
+    maibot.wait_log("the bridge plugin loaded", |l| {
+        l.contains("mai-agent bridge plugin loaded")
+    });
+    served.wait_line("the bridge connected", bridge_connected);
+    maibot
+}
+
+/// Daily budgets, as a member of a real MaiBot group meets them: one task a day and a few
+/// tokens. The first task is made and asks its question; a second one is refused in the chat
+/// (`/mt create`) and to MaiBot's planner (`mai_subagent_create`), each naming the budget and
+/// when it resets; the answered task crosses the token budget and is paused at its next round
+/// boundary with a notice in the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_of_a_real_maibot_group_over_a_daily_budget_is_told_in_the_chat_and_the_planner_too()
+ {
+    let Some(python) = maibot_python() else {
+        return;
+    };
+    let fixture = fake_models().await;
+    let data = tempfile::tempdir().unwrap();
+    // Every fake call reports 2 tokens: the title and the first round make 4, over 3.
+    let budgets = "\n[limits.budgets.user]\ntasks_per_day = 1\ntokens_per_day = 3\n";
+    let mut served = serve_with(data.path(), &fixture.model, free_port(), budgets);
+    let _dump = DumpOnPanic(vec![served.log.clone()]);
+    let instance = tempfile::tempdir().unwrap();
+    let mut maibot = maibot_with_bridge(&python, instance.path(), &fixture, &mut served);
+
+    maibot.say(Some(GROUP_A), ALICE, "Alice", "麦麦 TASK K1 the weather?");
+    let created = fixture
+        .results
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap();
+    assert_eq!(created.tool, "mai_subagent_create", "{created:?}");
+    assert!(
+        !created.content.contains("limit reached"),
+        "{}",
+        created.content
+    );
+    maibot.next_received("K1's question", in_group(GROUP_A, "Which city for K1?"));
+
+    // The chat door: what Alice reads in the group.
+    maibot.say(Some(GROUP_A), ALICE, "Alice", "/mt create a second task");
+    let refused = maibot.next_received("the refusal of /mt create", |e| {
+        e["group_id"] == GROUP_A && text(e).contains("limit reached")
+    });
+    let refused = text(&refused).to_owned();
+    eprintln!("in group A, to Alice: {refused}");
+    for needle in ["[limits.budgets] user.", "today", "resets at", "raise it"] {
+        assert!(refused.contains(needle), "{needle:?} missing: {refused}");
+    }
+
+    // The planner door: what MaiBot's planner is told (and may say in its own words).
+    maibot.say(Some(GROUP_A), ALICE, "Alice", "麦麦 TASK K2 and tomorrow?");
+    let planner = fixture
+        .results
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap();
+    eprintln!(
+        "to MaiBot's planner ({}): {}",
+        planner.tool, planner.content
+    );
+    assert_eq!(planner.tool, "mai_subagent_create", "{planner:?}");
+    for needle in ["[limits.budgets] user.", "qq:10001", "resets at"] {
+        assert!(
+            planner.content.contains(needle),
+            "{needle:?}: {}",
+            planner.content
+        );
+    }
+
+    // Run time: the answer resumes K1, whose next round is over the token budget.
+    maibot.say(Some(GROUP_A), ALICE, "Alice", "Paris");
+    let paused = maibot.next_received("the budget notice", |e| {
+        e["group_id"] == GROUP_A && text(e).contains("is paused")
+    });
+    let paused = text(&paused).to_owned();
+    eprintln!("in group A, the task's notice: {paused}");
+    for needle in ["user.tokens_per_day = 3", "resets at", "resumes by itself"] {
+        assert!(paused.contains(needle), "{needle:?} missing: {paused}");
+    }
+    let task = task_id(&served.base, "K1:").await;
+    let record: Value = reqwest::Client::new()
+        .get(format!("{}/v1/tasks/{task}", served.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "paused", "{record}");
+    assert!(
+        maibot
+            .received()
+            .iter()
+            .all(|e| !text(e).contains("K1 forecast")),
+        "the paused task must not have answered"
+    );
+    maibot.stop();
+    let _ = served.terminate();
 }
 
 /// The id of the task whose intent contains `needle` (over the HTTP API, with the token).
