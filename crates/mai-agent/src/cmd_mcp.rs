@@ -20,8 +20,6 @@ use crate::settings::Settings;
 pub async fn run(settings: &Settings) -> Result<()> {
     let _lock = crate::instance::InstanceLock::acquire(&settings.data_dir, "mcp")?;
     let app = app::build(settings, ModelChoice::Configured).await?;
-    // One engine per PostgreSQL database (the data directory's lock covers SQLite).
-    let _claim = app.store.claim_engine().await?;
     // The terminal chat normally prints to stdout, which is the protocol here.
     crate::console::connect_on_stderr(&app.host);
     app.engine

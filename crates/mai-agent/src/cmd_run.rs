@@ -37,14 +37,8 @@ pub enum RunWhat {
 /// Runs the task to its end; returns whether it completed.
 pub async fn run(app: App, args: RunArgs) -> Result<bool> {
     let App {
-        engine,
-        host,
-        mcp,
-        store,
-        ..
+        engine, host, mcp, ..
     } = app;
-    // One engine per PostgreSQL database (the data directory's lock covers SQLite).
-    let _claim = store.claim_engine().await?;
     // MCP servers are child processes: stop them however this command ends.
     let _mcp_guard = McpShutdown(mcp);
     let person = PersonId::new(CONSOLE_PLATFORM, CONSOLE_USER)?;

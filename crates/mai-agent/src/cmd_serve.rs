@@ -18,7 +18,7 @@ use mai_mcp::McpManager;
 use mai_server::ServerState;
 use mai_server::http::HttpOptions;
 use mai_server::metrics::Metrics;
-use mai_store::{EngineClaim, Store};
+use mai_store::Store;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -49,7 +49,7 @@ pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     // Bind before anything starts, so a taken port fails fast and changes nothing.
     let (listener, local) = bind(&config, args.listen).await?;
     lock.set_api(local)?;
-    let (state, mcp, store, _claim) = start_services(&settings).await?;
+    let (state, mcp, store) = start_services(&settings).await?;
     let channels = Channels::start(&state, &config);
     let _reloader = match &settings.config_path {
         Some(path) => Some(crate::reload::watch(
@@ -158,9 +158,7 @@ fn check_exposure(server: &mai_core::config::ServerConfig, listen: SocketAddr) -
 /// Opens the store and the host, starts the engine and builds the planner tools: the state
 /// every front end serves from, the MCP client manager (for reloads and the stop) and the task
 /// store (for the retention job).
-async fn start_services(
-    settings: &Settings,
-) -> Result<(ServerState, Option<McpManager>, Store, Option<EngineClaim>)> {
+async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpManager>, Store)> {
     let metrics = Metrics::new();
     let App {
         engine,
@@ -169,8 +167,6 @@ async fn start_services(
         mcp,
         store,
     } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
-    // One engine per PostgreSQL database (the data directory's lock covers SQLite).
-    let claim = store.claim_engine().await?;
     // Before the start, so the tasks it resumes log their lives too.
     mai_server::task_log::follow(&engine);
     engine.start().await.context("could not start the engine")?;
@@ -184,7 +180,7 @@ async fn start_services(
         planner: Arc::new(planner),
         metrics,
     };
-    Ok((state, mcp, store, claim))
+    Ok((state, mcp, store))
 }
 
 /// The chat channels and the inbound pipeline they feed.
@@ -321,6 +317,7 @@ fn announce(
     eprintln!("mai-agent serving on http://{local} (dashboard at /, API under /v1{mcp})");
     eprintln!("  data:   {}", data_dir.display());
     eprintln!("  config: {config_line}");
+    eprintln!("  instance: {}", mai_engine::instance_id(config));
     eprintln!(
         "  model:  {}",
         crate::preflight::describe_model(&config.llm)

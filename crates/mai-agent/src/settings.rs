@@ -74,7 +74,11 @@ impl Settings {
         match self.postgres_url() {
             Some(url) => mai_store::Location::Postgres {
                 url,
-                options: mai_store::PgOptions::default(),
+                options: mai_store::PgOptions {
+                    instance: Some(mai_engine::instance_id(&self.config)),
+                    lease: self.config.lease_terms().unwrap_or_default().lease,
+                    ..mai_store::PgOptions::default()
+                },
             },
             None => mai_store::Location::Sqlite {
                 path: self.database_path(),

@@ -2,8 +2,9 @@
 //! cluster (`testing/postgres.rs`): a task created through the HTTP API runs against the fake
 //! model and completes, and its record, status log and history are in PostgreSQL, with the
 //! chat's messages — no SQLite file is made in the data directory. `backup` refuses, pointing
-//! to `pg_dump`. A second engine on the same database refuses; `storage migrate` moves a SQLite
-//! store into an empty PostgreSQL database and refuses a filled one.
+//! to `pg_dump`. A second instance starts beside the first, each naming itself in `/healthz`;
+//! `storage migrate` moves a SQLite store into an empty PostgreSQL database and refuses a
+//! filled one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,19 +43,33 @@ async fn serve_on_postgres_runs_a_task_from_the_api_to_completion_and_keeps_it_t
     let task = task_record(&client, &served.base, &id).await;
     assert_eq!(task["status"], "completed", "{task}");
 
-    // A second engine on the same database — from another data directory, as from another
-    // machine — refuses: several instances are not supported yet.
+    // A second instance on the same database — from another data directory, as from another
+    // machine — starts beside it, and each names itself (several instances: tests/instances.rs).
     let elsewhere = tempfile::tempdir().unwrap();
-    let second = serve_command(elsewhere.path(), &model, Some(&config))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(!second.status.success(), "{stderr}");
+    let mut second = serve_command(elsewhere.path(), &model, Some(&config));
+    second.env("MAI_AGENT__SERVER__INSTANCE_ID", "second");
+    let second = Served::start(second);
+    let health = |base: String| {
+        let client = client.clone();
+        async move {
+            let body: serde_json::Value = client
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["instance"].as_str().unwrap().to_owned()
+        }
+    };
+    assert_eq!(health(second.base.clone()).await, "second");
+    let first = health(served.base.clone()).await;
     assert!(
-        stderr.contains("another mai-agent engine (serve, run or mcp) already runs"),
-        "{stderr}"
+        first.ends_with(&format!("-{}", served.child.id())),
+        "the default name is host name and pid: {first}"
     );
+    drop(second);
     assert!(served.terminate().success());
 
     let name = PgCluster::database_name(&url);

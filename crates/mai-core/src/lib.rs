@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod host;
 pub mod ids;
+pub mod lease;
 pub mod model;
 pub mod permission;
 pub mod role;

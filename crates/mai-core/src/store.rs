@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Owner, PersonId, StreamId};
+use crate::lease::{Notice, StopRequest};
 use crate::task::{TaskId, TaskLevel, TaskRecord, TaskStatus};
 use crate::usage::{UsageQuery, UsageRecord, UsageTotals};
 
@@ -167,7 +168,16 @@ pub enum StoreError {
     },
 }
 
+/// The wake-ups of a shared store ([`TaskStore::notices`]); ends when the store closes.
+pub type Notices = futures::stream::BoxStream<'static, Notice>;
+
 /// Task persistence. Implementations must be safe to call from many tasks at once.
+///
+/// A *shared* store ([`TaskStore::shared`]) is one several instances use at once: a running
+/// task there is leased to the instance that runs it (see `lease`). Its saves are fenced —
+/// a save of a running task by an instance that does not hold its lease, while the lease is
+/// live, is a `Conflict` — and the lease methods below do their work. On a store used by one
+/// instance they are no-ops, so single-instance behaviour and speed are unchanged.
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Persist a new task (its whole status log included).
@@ -289,4 +299,34 @@ pub trait TaskStore: Send + Sync + 'static {
         id: TaskId,
         entries: &[NewHistoryEntry],
     ) -> Result<(), StoreError>;
+
+    /// Whether several instances may share this store (leases, fencing and notices are live).
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Renews the leases of the running tasks this instance holds; returns the stop requests
+    /// left on them (a notice may have been missed). Nothing on a store that is not shared.
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Running tasks whose lease has expired (or that have none), with the stop request left on
+    /// each: their instance is gone, and another may adopt them. A save by the adopter takes
+    /// the lease (the fence lets it).
+    async fn expired_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Leaves `request` on task `id` for the instance running it, and wakes that instance;
+    /// `false` when the task is not running (nothing written: stop it directly).
+    async fn request_stop(&self, id: TaskId, request: &StopRequest) -> Result<bool, StoreError> {
+        let _ = (id, request);
+        Ok(false)
+    }
+
+    /// The wake-ups other instances' changes send; `None` on a store that is not shared.
+    async fn notices(&self) -> Result<Option<Notices>, StoreError> {
+        Ok(None)
+    }
 }

@@ -29,4 +29,6 @@ pub struct Deps {
     pub(crate) system_zone: (chrono_tz::Tz, &'static str),
     /// Usage records waiting for their task's checkpoint, and the process's sums.
     pub(crate) meter: crate::usage::Meter,
+    /// The name this instance gives itself (`[server] instance_id`, else host name and pid).
+    pub(crate) instance: String,
 }

@@ -23,6 +23,7 @@ use mai_core::task::{PauseCause, TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::{RoleProvider, ToolContext, ToolRegistry};
 
 use crate::board_memory::BoardMemory;
+use crate::cluster::Taking;
 use crate::deps::Deps;
 use crate::error::EngineError;
 use crate::events::{Events, TaskEvent};
@@ -155,7 +156,9 @@ impl Engine {
             return Ok(());
         }
         self.start_timers();
-        self.recover().await?;
+        let notices = self.listen().await?;
+        self.take_up_all(Taking::Start).await?;
+        self.start_cluster(notices);
         self.dispatch();
         Ok(())
     }
@@ -279,58 +282,106 @@ impl Engine {
         self.schedule.figures()
     }
 
-    /// Recovery on start-up (see docs/design.md, "Persistence and recovery").
-    async fn recover(&self) -> Result<(), EngineError> {
-        let now = self.now();
+    /// Takes up every active task of the store (see docs/design.md, "Persistence and
+    /// recovery"): at start-up, and after notices may have been lost.
+    pub(crate) async fn take_up_all(&self, taking: Taking) -> Result<(), EngineError> {
         for task in self.store.list_active().await? {
             let id = task.id;
+            if taking == Taking::Notice && self.schedule.control(id).is_some() {
+                continue;
+            }
             // One unreadable task must not keep the service from starting.
-            if let Err(error) = self.recover_one(task, now).await {
+            if let Err(error) = self.take_up(task, taking).await {
                 tracing::error!(task = %id, %error, "could not recover a task; it is left as it is");
             }
         }
         Ok(())
     }
 
-    async fn recover_one(
+    /// Puts a task read from the store where it can go on from here: a timer for a scheduled
+    /// one, the queue for a pending one, a question for a waiting one; a running one (only at
+    /// start-up or when its lease expired) back to pending from its last checkpoint; a finished
+    /// or user-paused one out of every local place.
+    pub(crate) async fn take_up(
+        &self,
+        task: TaskRecord,
+        taking: Taking,
+    ) -> Result<(), EngineError> {
+        let now = self.now();
+        match task.status {
+            TaskStatus::Scheduled => {
+                self.schedule
+                    .arm_due(task.id, task.scheduled_at.unwrap_or(now));
+            }
+            TaskStatus::Pending => {
+                self.schedule.queue(task.id, task.priority);
+            }
+            TaskStatus::Running if taking != Taking::Notice => self.recover_running(task).await?,
+            TaskStatus::WaitingInput => self.recover_waiting(&task, taking).await?,
+            TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Budget) => {
+                self.arm_budget_resume(&task);
+            }
+            TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Stop) => {
+                self.resume_after_stop(task, now).await?;
+            }
+            TaskStatus::Running => {}
+            _ => self.schedule.withdraw(task.id),
+        }
+        Ok(())
+    }
+
+    /// A task found running that runs nowhere here: back to pending (it resumes from its last
+    /// checkpoint) and queued. On a shared store the write is fenced by the task's lease, so a
+    /// task another instance still runs is left alone.
+    async fn recover_running(&self, task: TaskRecord) -> Result<(), EngineError> {
+        let (id, actor) = (task.id, self.actor("recovery"));
+        let now = self.now();
+        let recovered: mai_core::store::Change = Box::new(move |task| {
+            if task.status != TaskStatus::Running {
+                return false;
+            }
+            task.force(TaskStatus::Pending, &actor, "recovered from running", now);
+            true
+        });
+        if let Some(task) = self.store.update(id, recovered).await? {
+            self.emit_changes(&task, 1);
+            self.schedule.queue(task.id, task.priority);
+        }
+        Ok(())
+    }
+
+    /// A task paused because its instance stopped: pending again, and queued.
+    async fn resume_after_stop(
         &self,
         mut task: TaskRecord,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
-        {
-            match task.status {
-                TaskStatus::Scheduled => {
-                    self.schedule
-                        .arm_due(task.id, task.scheduled_at.unwrap_or(now));
-                }
-                TaskStatus::Pending => {
-                    self.schedule.queue(task.id, task.priority);
-                }
-                TaskStatus::Running => {
-                    let before = task.status;
-                    task.force(
-                        TaskStatus::Pending,
-                        "recovery",
-                        "recovered from running",
-                        now,
-                    );
-                    self.save_status(&task, before).await?;
-                    self.schedule.queue(task.id, task.priority);
-                }
-                TaskStatus::WaitingInput => self.recover_waiting(&task).await?,
-                TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Budget) => {
-                    self.arm_budget_resume(&task);
-                }
-                TaskStatus::Paused if task.metadata.pause_cause == Some(PauseCause::Stop) => {
-                    task.transition(TaskStatus::Pending, "recovery", "resumed after stop", now)?;
-                    task.metadata.pause_cause = None;
-                    self.save_status(&task, TaskStatus::Paused).await?;
-                    self.schedule.queue(task.id, task.priority);
-                }
-                _ => {}
-            }
+        task.transition(
+            TaskStatus::Pending,
+            &self.actor("recovery"),
+            "resumed after stop",
+            now,
+        )?;
+        task.metadata.pause_cause = None;
+        if self.save_status(&task, TaskStatus::Paused).await? {
+            self.schedule.queue(task.id, task.priority);
         }
         Ok(())
+    }
+
+    /// The status-log actor of what this engine does on its own as `role` (`scheduler`,
+    /// `recovery`): on a shared store it names the instance too (`scheduler@box-42`).
+    pub(crate) fn actor(&self, role: &str) -> String {
+        if self.store.shared() {
+            format!("{role}@{}", self.instance)
+        } else {
+            role.to_owned()
+        }
+    }
+
+    /// The name this instance gives itself (`[server] instance_id`).
+    pub fn instance_id(&self) -> &str {
+        &self.instance
     }
 
     /// Saves a status change made by the engine itself; a conflict means someone else changed
@@ -392,13 +443,13 @@ impl Engine {
                 .spawn(async move { engine.run_one(id, true).await });
             return;
         }
-        let now = self.now();
+        let (now, actor) = (self.now(), self.actor("scheduler"));
         let due: mai_core::store::Change = Box::new(move |task| {
             let budget_reset = crate::runner::paused_by_budget(task);
             let reason = if budget_reset { "budget reset" } else { "due" };
-            let moved = (task.status == TaskStatus::Scheduled || budget_reset)
+            let moved = crate::runner::is_due(task, now)
                 && task
-                    .transition(TaskStatus::Pending, "scheduler", reason, now)
+                    .transition(TaskStatus::Pending, &actor, reason, now)
                     .is_ok();
             if moved {
                 task.metadata.pause_cause = None;

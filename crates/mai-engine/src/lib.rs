@@ -9,6 +9,7 @@ mod admission;
 mod agent_loop;
 mod board_memory;
 mod builtin_tools;
+mod cluster;
 mod commands;
 mod conversation;
 mod cron;
@@ -35,6 +36,7 @@ mod waiting;
 mod wiring;
 
 pub use agent_loop::MAX_TOOL_CALLS_PER_ROUND;
+pub use cluster::instance_id;
 pub use commands::handle_command;
 pub use cron::system_time_zone;
 pub use engine::{Engine, EngineDeps};

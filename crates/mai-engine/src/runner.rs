@@ -23,18 +23,26 @@ use crate::run::{RunControl, RunEnd, StopReason};
 
 const ACTOR: &str = "scheduler";
 
+/// Whether `task` as stored is due at `now`: scheduled for then or earlier, or paused by a
+/// budget (its timer fired). A timer armed for an earlier fire time of a cron task that another
+/// instance already ran (and armed again for later) finds it not due: each fire time runs once.
+pub(crate) fn is_due(task: &TaskRecord, now: DateTime<Utc>) -> bool {
+    paused_by_budget(task)
+        || (task.status == TaskStatus::Scheduled && task.scheduled_at.is_none_or(|at| at <= now))
+}
+
 /// The claim of a due task, applied to the record as stored: `scheduled → pending → running`,
 /// an instant task's parts fixed when no polish is needed. `false` (nothing written) when it is
-/// no longer `scheduled`.
-fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>) -> bool {
+/// no longer due (see [`is_due`]).
+fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>, actor: &str) -> bool {
     let budget_reset = paused_by_budget(task);
     let reason = if budget_reset { "budget reset" } else { "due" };
-    if !(task.status == TaskStatus::Scheduled || budget_reset)
+    if !is_due(task, now)
         || task
-            .transition(TaskStatus::Pending, ACTOR, reason, now)
+            .transition(TaskStatus::Pending, actor, reason, now)
             .is_err()
         || task
-            .transition(TaskStatus::Running, ACTOR, "dispatched", now)
+            .transition(TaskStatus::Running, actor, "dispatched", now)
             .is_err()
     {
         return false;
@@ -101,7 +109,7 @@ impl Engine {
         let actor = task.metadata.answered_by.take();
         task.transition(
             TaskStatus::Running,
-            actor.as_deref().unwrap_or(ACTOR),
+            &actor.unwrap_or_else(|| self.actor(ACTOR)),
             reason,
             started,
         )?;
@@ -134,9 +142,9 @@ impl Engine {
             self.schedule.arm_due(id, started);
             return Ok(());
         }
-        let config = self.config.config();
+        let (config, actor) = (self.config.config(), self.actor(ACTOR));
         let claim: mai_core::store::Change =
-            Box::new(move |task| claim_due(&config, task, started));
+            Box::new(move |task| claim_due(&config, task, started, &actor));
         let task = match self.store.update(id, claim).await {
             Ok(Some(task)) => task,
             // No longer scheduled (cancelled, paused or edited first): nothing to run.

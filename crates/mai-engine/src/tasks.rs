@@ -593,6 +593,9 @@ impl Engine {
                     control.stop(reason);
                     return Ok(task);
                 }
+                if self.stop_elsewhere(task.id, &reason).await? {
+                    return Ok(task);
+                }
             }
             if !from.can_become(to) {
                 return Err(EngineError::WrongState {
@@ -629,6 +632,20 @@ impl Engine {
                 None => return Err(EngineError::NotFound(task.id.short())),
             };
         }
+    }
+
+    /// On a shared store, a task running on another instance is stopped by leaving it a stop
+    /// request (that instance acts on it at once, or an instance adopting the task does);
+    /// `false` when it is not running anywhere, or the store is not shared.
+    async fn stop_elsewhere(
+        &self,
+        id: mai_core::task::TaskId,
+        reason: &StopReason,
+    ) -> Result<bool, EngineError> {
+        let Some(request) = reason.request().filter(|_| self.store.shared()) else {
+            return Ok(false);
+        };
+        Ok(self.store.request_stop(id, &request).await?)
     }
 
     /// Resumes a paused task from its checkpoint.

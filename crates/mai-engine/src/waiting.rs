@@ -15,6 +15,7 @@ use mai_core::task::{TaskId, TaskRecord, TaskStatus, WaitingQuestion};
 use mai_core::tool::{OutcomeKind, ToolOutcome};
 
 use crate::agent_loop::AfterCalls;
+use crate::cluster::Taking;
 use crate::conversation::Conversation;
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -352,14 +353,18 @@ impl Engine {
         Ok(true)
     }
 
-    /// Start-up: a waiting task either has its answer already (queue it) or waits again, with
-    /// the time it has left.
-    pub(crate) async fn recover_waiting(&self, task: &TaskRecord) -> Result<(), EngineError> {
+    /// Start-up (or a change seen from another instance): a waiting task either has its answer
+    /// already (queue it) or waits again, with the time it has left.
+    pub(crate) async fn recover_waiting(
+        &self,
+        task: &TaskRecord,
+        taking: Taking,
+    ) -> Result<(), EngineError> {
         if self.question_answered(task).await? {
             self.schedule.queue(task.id, task.priority);
             return Ok(());
         }
-        if task.metadata.waiting.as_ref().is_some_and(|w| w.unsent) {
+        if self.resend_on_recovery(task, taking) {
             // In the background: channels may connect after start-up, and sends retry.
             let engine = self.clone();
             let task = task.clone();
@@ -373,6 +378,26 @@ impl Engine {
             .map_or(task.updated_at, |w| w.asked_at);
         self.schedule.await_answer(task, asked_at + timeout);
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Whether recovery sends a question saved as unsent: at start-up only, and on a shared
+    /// store only once the asking instance had a lease's time to send it (it may be alive and
+    /// sending it right now).
+    fn resend_on_recovery(&self, task: &TaskRecord, taking: Taking) -> bool {
+        let Some(waiting) = task.metadata.waiting.as_ref().filter(|w| w.unsent) else {
+            return false;
+        };
+        if taking != Taking::Start {
+            return false;
+        }
+        if !self.store.shared() {
+            return true;
+        }
+        let lease = self.config.config().lease_terms().unwrap_or_default().lease;
+        let lease = Duration::from_std(lease).unwrap_or(Duration::MAX);
+        waiting.asked_at + lease < self.now()
     }
 }
 

@@ -17,6 +17,7 @@ impl Engine {
     /// Builds the engine, then registers its own tools with a handle on it. Nothing runs until
     /// [`Engine::start`].
     pub async fn new(deps: EngineDeps) -> Result<Arc<Engine>, EngineError> {
+        let instance = crate::cluster::instance_id(&deps.config.config());
         let engine = Engine::assemble(Deps {
             store: deps.store,
             model: deps.model,
@@ -27,6 +28,7 @@ impl Engine {
             clock: deps.clock,
             system_zone: crate::cron::system_time_zone(),
             meter: crate::usage::Meter::default(),
+            instance,
         });
         let handle = Arc::new(ToolHandle::new(&engine));
         builtin_tools::register(&engine, &handle, deps.files_root).await?;

@@ -129,6 +129,7 @@ impl Health {
         json!({
             "status": if healthy { "ok" } else { "degraded" },
             "instance": {
+                "id": engine.instance_id(),
                 "version": env!("CARGO_PKG_VERSION"),
                 "pid": std::process::id(),
                 "started_at": time(self.inner.started_at),

@@ -46,6 +46,11 @@ pub(crate) const ACTIVE_STATES: [TaskStatus; 5] = [
 ];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InstanceLabels {
+    instance: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -111,6 +116,8 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
+    /// 1, labelled with the name of the instance that serves these metrics.
+    instance: Family<InstanceLabels, Gauge>,
     tasks: Family<StateLabels, Gauge>,
     finished: Family<StateLabels, Counter>,
     rounds: Counter,
@@ -191,6 +198,13 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("mai");
         let r = &mut registry;
+        let instance = add(
+            r,
+            "instance",
+            "1, labelled with the name of the instance serving these metrics ([server] \
+             instance_id): several instances on one database are told apart by it",
+            Family::<InstanceLabels, Gauge>::default(),
+        );
         let tasks = add(
             r,
             "tasks",
@@ -245,6 +259,7 @@ impl Metrics {
         Metrics {
             inner: Arc::new(Inner {
                 registry,
+                instance,
                 tasks,
                 finished,
                 rounds,
@@ -306,6 +321,12 @@ impl Metrics {
         if let Some(feed) = feed {
             feed.drain(self).await;
         }
+        self.inner
+            .instance
+            .get_or_create(&InstanceLabels {
+                instance: engine.instance_id().to_owned(),
+            })
+            .set(1);
         self.count_tasks(engine).await?;
         self.count_usage(engine);
         let mut out = String::new();

@@ -34,7 +34,7 @@ pub use backup::{BackupError, backup};
 pub use database::{Closed, Database, OpenError, SqliteOptions, Synchronous};
 pub use migrate::{MigrateError, Migration, Migrations};
 pub use postgres::{
-    EngineClaim, PgOptions, PgStore, TaskRows, apply_migrations as migrate_postgres, connect_pool,
+    PgOptions, PgStore, TaskRows, apply_migrations as migrate_postgres, connect_pool,
     recorded_version as postgres_schema_version,
 };
 pub use read::AMBIGUOUS_LIMIT;

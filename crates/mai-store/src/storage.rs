@@ -8,14 +8,15 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use mai_core::lease::StopRequest;
 use mai_core::store::{
-    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError,
-    TaskCounts, TaskFilter, TaskStore, TaskWrite,
+    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Notices, Resolved, SaveOutcome,
+    StoreError, TaskCounts, TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 
 use crate::database::{Database, SqliteOptions};
-use crate::postgres::{EngineClaim, PgOptions, PgStore};
+use crate::postgres::{PgOptions, PgStore};
 use crate::sqlite::SqliteStore;
 
 /// Where the databases are.
@@ -113,16 +114,6 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.prune_finished(before).await,
             Store::Postgres(store) => store.prune_finished(before).await,
-        }
-    }
-
-    /// Takes what lets one engine run on this database: nothing on SQLite (the data
-    /// directory's lock already does it), the engine lock on PostgreSQL; refused while another
-    /// engine holds it. Keep the claim for as long as the engine runs.
-    pub async fn claim_engine(&self) -> Result<Option<EngineClaim>, StoreError> {
-        match self {
-            Store::Sqlite(_) => Ok(None),
-            Store::Postgres(store) => store.claim_engine().await.map(Some),
         }
     }
 
@@ -234,5 +225,25 @@ impl TaskStore for Store {
         entries: &[NewHistoryEntry],
     ) -> Result<(), StoreError> {
         self.inner().append_history(id, entries).await
+    }
+
+    fn shared(&self) -> bool {
+        self.inner().shared()
+    }
+
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+        self.inner().renew_leases().await
+    }
+
+    async fn expired_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
+        self.inner().expired_leases().await
+    }
+
+    async fn request_stop(&self, id: TaskId, request: &StopRequest) -> Result<bool, StoreError> {
+        self.inner().request_stop(id, request).await
+    }
+
+    async fn notices(&self) -> Result<Option<Notices>, StoreError> {
+        self.inner().notices().await
     }
 }

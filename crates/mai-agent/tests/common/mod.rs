@@ -22,7 +22,8 @@ impl Default for Calls {
 }
 
 impl Calls {
-    fn arrived(&self) {
+    /// Counts one call (for a test's own fake model).
+    pub fn arrived(&self) {
         self.0.send_modify(|n| *n += 1);
     }
 

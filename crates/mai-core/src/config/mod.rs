@@ -390,6 +390,13 @@ pub struct StorageConfig {
     /// Finished tasks (completed, failed, cancelled) with their history, this many days after
     /// they finished; 0 keeps them forever. Usage records are never deleted.
     pub keep_finished_days: u32,
+    /// PostgreSQL with several instances: a running task's lease lasts this many seconds from
+    /// its last renewal; a task of an instance that died resumes elsewhere within
+    /// `lease_secs + heartbeat_secs` (see `lease`). At least twice `heartbeat_secs`.
+    pub lease_secs: u64,
+    /// PostgreSQL with several instances: how often an instance renews its leases and sweeps for
+    /// expired ones, in seconds.
+    pub heartbeat_secs: u64,
 }
 
 impl Default for StorageConfig {
@@ -399,6 +406,8 @@ impl Default for StorageConfig {
             synchronous: SyncMode::default(),
             keep_messages_days: 90,
             keep_finished_days: 30,
+            lease_secs: 20,
+            heartbeat_secs: 5,
         }
     }
 }
@@ -511,6 +520,24 @@ impl Config {
         Config::parse("", env)
     }
 
+    /// The lease terms of `[storage] lease_secs` and `heartbeat_secs`.
+    pub fn lease_terms(&self) -> Result<crate::lease::LeaseTerms, ConfigError> {
+        crate::lease::LeaseTerms::from_secs(self.storage.lease_secs, self.storage.heartbeat_secs)
+            .map_err(|problem| ConfigError::Invalid {
+                section: "storage",
+                key: "lease_secs",
+                problem,
+            })
+    }
+
+    /// The name this instance gives itself: `[server] instance_id`, else host name and pid.
+    pub fn instance_id(&self, host_name: &str, pid: u32) -> String {
+        match self.server.instance_id.as_deref() {
+            Some(id) => id.trim().to_owned(),
+            None => crate::lease::default_instance_id(host_name, pid),
+        }
+    }
+
     /// Checks that types alone cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let onebot = &self.channels.onebot;
@@ -588,6 +615,21 @@ impl Config {
             });
         }
         storage_target(self.storage.url.as_deref())?;
+        self.lease_terms()?;
+        if self
+            .server
+            .instance_id
+            .as_deref()
+            .is_some_and(|id| id.trim().is_empty() || id.chars().any(char::is_control))
+        {
+            return Err(ConfigError::Invalid {
+                section: "server",
+                key: "instance_id",
+                problem: "must be a non-empty name without control characters (or unset: host \
+                          name and process id)"
+                    .to_owned(),
+            });
+        }
         PermissionResolver::new(&self.permission)?;
         Ok(())
     }

@@ -28,6 +28,11 @@ pub struct ServerConfig {
     /// admin); `serve` refuses that unless this is set, e.g. behind a firewall or an
     /// authenticating proxy.
     pub allow_no_auth: bool,
+    /// The name this instance gives itself in logs, metrics, the status log and `/healthz`
+    /// (default: host name and process id). Several instances on one PostgreSQL database need
+    /// names that differ; a restarted instance that keeps its name adopts its own running tasks
+    /// at once instead of waiting for their leases to expire.
+    pub instance_id: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -40,6 +45,7 @@ impl Default for ServerConfig {
             mcp_enabled: true,
             max_body_bytes: 1024 * 1024,
             allow_no_auth: false,
+            instance_id: None,
         }
     }
 }

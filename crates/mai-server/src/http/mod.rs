@@ -211,14 +211,20 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
         .with_state(api)
 }
 
-/// Liveness, and whether MaiBot's bridge is connected (`not used` with the embedded host).
+/// Liveness, the instance's name, and whether MaiBot's bridge is connected (`not used` with
+/// the embedded host).
 async fn healthz(State(api): State<Api>) -> impl IntoResponse {
     let bridge = match &api.state.bridge {
         None => "not used",
         Some(host) if host.status().borrow().connected.is_some() => "connected",
         Some(_) => "disconnected",
     };
-    axum::Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "bridge": bridge}))
+    axum::Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "instance": api.state.engine.instance_id(),
+        "bridge": bridge,
+    }))
 }
 
 /// The detailed health report (behind the guard): 200 when every part is up, 503 when one is

@@ -10,6 +10,7 @@
 
 mod copy;
 mod migrate;
+mod notices;
 mod read;
 mod usage;
 mod write;
@@ -18,19 +19,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use mai_core::lease::StopRequest;
 use mai_core::store::{
-    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Resolved, SaveOutcome, StoreError,
-    TaskCounts, TaskFilter, TaskStore, TaskWrite,
+    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Notices, Resolved, SaveOutcome,
+    StoreError, TaskCounts, TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 
-use crate::codec::time_text;
+use crate::codec::{id_key, parse_id_key, time_text};
 use crate::error::pg;
 use crate::migrate::{MigrateError, Migration, Migrations};
 use crate::read::CountKeys;
-use write::{Failure, Rows};
+use write::{Failure, Holder, Rows};
 
 pub use copy::TaskRows;
 pub use migrate::{apply as apply_migrations, recorded_version};
@@ -50,6 +52,11 @@ static TASKS: Migrations = Migrations {
             description: "usage",
             sql: include_str!("../../migrations/postgres/0002_usage.sql"),
         },
+        Migration {
+            version: 3,
+            description: "leases",
+            sql: include_str!("../../migrations/postgres/0003_leases.sql"),
+        },
     ],
 };
 
@@ -57,16 +64,8 @@ static TASKS: Migrations = Migrations {
 /// `[limits]` hold exactly when creations race (docs/design.md, I39).
 const ADMIT_LOCK: i64 = 0x6d61_6941_646d_6974; // "maiAdmit"
 
-/// The advisory lock an engine holds on its database for as long as it runs: one engine per
-/// database until several instances are supported (docs/scale-out.md).
-const ENGINE_LOCK: i64 = 0x6d61_6945_6e67_696e; // "maiEngin"
-
-/// The database's engine lock, held by a connection of its own; released when dropped (or when
-/// the process ends, however it ends: PostgreSQL ends the session).
-#[derive(Debug)]
-pub struct EngineClaim {
-    _connection: sqlx::PgConnection,
-}
+/// The channel a shared database announces task changes on (`migrations/postgres/0003`).
+const CHANNEL: &str = "mai_tasks";
 
 /// How a PostgreSQL database is reached.
 #[derive(Debug, Clone)]
@@ -75,6 +74,11 @@ pub struct PgOptions {
     pub max_connections: u32,
     /// How long a caller waits for a free connection (or for the server) before failing.
     pub acquire_timeout: Duration,
+    /// The instance this store writes as (`[server] instance_id`): the owner of the leases it
+    /// takes. `None`: a command that runs no tasks (it takes no leases).
+    pub instance: Option<String>,
+    /// How long a lease lasts from its last renewal (`[storage] lease_secs`).
+    pub lease: Duration,
 }
 
 impl Default for PgOptions {
@@ -82,6 +86,8 @@ impl Default for PgOptions {
         PgOptions {
             max_connections: 8,
             acquire_timeout: Duration::from_secs(10),
+            instance: None,
+            lease: mai_core::lease::LeaseTerms::default().lease,
         }
     }
 }
@@ -90,6 +96,7 @@ impl Default for PgOptions {
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    holder: std::sync::Arc<Holder>,
 }
 
 fn migrate_failed(error: MigrateError) -> StoreError {
@@ -122,7 +129,19 @@ impl PgStore {
 
     /// [`PgStore::connect`] with explicit options.
     pub async fn connect_with(url: &str, options: &PgOptions) -> Result<Self, StoreError> {
-        Self::on(connect_pool(url, options).await?).await
+        let store = Self::on(connect_pool(url, options).await?).await?;
+        Ok(store.as_instance(options))
+    }
+
+    /// This store writing as the instance of `options` (the owner of the leases it takes).
+    pub fn as_instance(self, options: &PgOptions) -> Self {
+        PgStore {
+            pool: self.pool,
+            holder: std::sync::Arc::new(Holder {
+                instance: options.instance.clone(),
+                lease_secs: options.lease.as_secs_f64(),
+            }),
+        }
     }
 
     /// The task store on an open pool: creates or migrates the task tables.
@@ -134,7 +153,10 @@ impl PgStore {
             schema_version = TASKS.latest_version(),
             "task store ready on PostgreSQL"
         );
-        Ok(PgStore { pool })
+        Ok(PgStore {
+            pool,
+            holder: std::sync::Arc::default(),
+        })
     }
 
     /// The pool this store uses (shared with the other components' tables).
@@ -152,31 +174,6 @@ impl PgStore {
     /// The schema version this build creates and understands on PostgreSQL.
     pub fn latest_schema_version() -> i64 {
         TASKS.latest_version()
-    }
-
-    /// Takes the database's engine lock, or refuses when another engine (`serve`, `run` or
-    /// `mcp`, from any machine) holds it.
-    pub async fn claim_engine(&self) -> Result<EngineClaim, StoreError> {
-        const DOING: &str = "taking the database's engine lock";
-        let mut connection = self.pool.acquire().await.map_err(pg(DOING))?.detach();
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(ENGINE_LOCK)
-            .fetch_one(&mut connection)
-            .await
-            .map_err(pg(DOING))?;
-        if !got {
-            return Err(StoreError::Database {
-                doing: DOING,
-                source: "another mai-agent engine (serve, run or mcp) already runs on this \
-                         PostgreSQL database; several instances on one database are not \
-                         supported yet (docs/scale-out.md): stop the other one, or give this \
-                         one a database of its own"
-                    .into(),
-            });
-        }
-        Ok(EngineClaim {
-            _connection: connection,
-        })
     }
 
     /// Closes the pool (waits for connections in use to come back).
@@ -243,7 +240,7 @@ impl PgStore {
     ) -> Result<SaveOutcome, StoreError> {
         let outcome = self
             .transaction(doing, async |connection| {
-                write::write_all(connection, &writes, doing).await
+                write::write_all(connection, &self.holder, &writes, doing).await
             })
             .await?;
         match outcome {
@@ -269,7 +266,7 @@ impl TaskStore for PgStore {
                 let Rows::Insert { row, log } = &rows else {
                     return Err(Failure::Unchanged);
                 };
-                match write::insert(connection, row, log, DOING).await? {
+                match write::insert(connection, &self.holder, row, log, DOING).await? {
                     true => Ok(()),
                     false => Err(Failure::Store(StoreError::Duplicate(id))),
                 }
@@ -304,7 +301,9 @@ impl TaskStore for PgStore {
                 let Rows::Insert { row, log } = &rows else {
                     return Err(Failure::Unchanged);
                 };
-                if admitted.is_ok() && !write::insert(connection, row, log, DOING).await? {
+                if admitted.is_ok()
+                    && !write::insert(connection, &self.holder, row, log, DOING).await?
+                {
                     return Err(Failure::Store(StoreError::Duplicate(id)));
                 }
                 usage::insert_usage(connection, &usage, DOING).await?;
@@ -361,7 +360,8 @@ impl TaskStore for PgStore {
                     return Err(Failure::Unchanged);
                 }
                 let rows = Rows::save(&task, Some(read), &[])?;
-                write::write_all(connection, std::slice::from_ref(&rows), DOING).await?;
+                write::write_all(connection, &self.holder, std::slice::from_ref(&rows), DOING)
+                    .await?;
                 Ok(task)
             })
             .await?;
@@ -430,4 +430,69 @@ impl TaskStore for PgStore {
             _ => StoreError::NotFound(id),
         })
     }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+        let Some(instance) = self.holder.instance.as_deref() else {
+            return Ok(Vec::new());
+        };
+        let renewed: Vec<(String, Option<String>)> = sqlx::query_as(
+            "UPDATE tasks SET lease_until = now() + make_interval(secs => $2::float8) \
+             WHERE status = 'running' AND lease_owner = $1 RETURNING id, stop_request",
+        )
+        .bind(instance)
+        .bind(self.holder.lease_secs)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(pg("renewing this instance's task leases"))?;
+        Ok(stop_requests(renewed))
+    }
+
+    async fn expired_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
+        let expired: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT id, stop_request FROM tasks WHERE status = 'running' \
+             AND (lease_owner IS NULL OR lease_until < now()) ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(pg("looking for running tasks whose lease expired"))?;
+        Ok(expired
+            .into_iter()
+            .filter_map(|(key, request)| {
+                let request = request.as_deref().and_then(StopRequest::parse);
+                Some((parse_id_key(&key)?, request))
+            })
+            .collect())
+    }
+
+    async fn request_stop(&self, id: TaskId, request: &StopRequest) -> Result<bool, StoreError> {
+        let updated =
+            sqlx::query("UPDATE tasks SET stop_request = $2 WHERE id = $1 AND status = 'running'")
+                .bind(id_key(id))
+                .bind(request.encode())
+                .execute(&self.pool)
+                .await
+                .map_err(pg("leaving a stop request for the instance running a task"))?;
+        Ok(updated.rows_affected() == 1)
+    }
+
+    async fn notices(&self) -> Result<Option<Notices>, StoreError> {
+        notices::listen(&self.pool, CHANNEL).await.map(Some)
+    }
+}
+
+/// The stop requests among renewed leases.
+fn stop_requests(renewed: Vec<(String, Option<String>)>) -> Vec<(TaskId, StopRequest)> {
+    renewed
+        .into_iter()
+        .filter_map(|(key, request)| {
+            Some((
+                parse_id_key(&key)?,
+                StopRequest::parse(request.as_deref()?)?,
+            ))
+        })
+        .collect()
 }

@@ -16,6 +16,14 @@ use crate::codec::{LogLine, TaskRow, id_key, parse_status};
 use crate::error::{is_pg_unique_violation, pg};
 use crate::status_log::{StoredTail, first_difference_in};
 
+/// Who writes, for the lease columns: the instance (none: a command that runs no tasks) and how
+/// long a lease it takes when it saves a task as running.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Holder {
+    pub(crate) instance: Option<String>,
+    pub(crate) lease_secs: f64,
+}
+
 /// Why a group of writes wrote nothing (the caller rolls back).
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -93,13 +101,14 @@ impl Rows {
 /// The writes, all or nothing (an `Err` tells the caller to roll back).
 pub(crate) async fn write_all(
     connection: &mut PgConnection,
+    holder: &Holder,
     writes: &[Rows],
     doing: &'static str,
 ) -> Result<(), Failure> {
     for write in writes {
         match write {
             Rows::Insert { row, log } => {
-                insert(connection, row, log, doing).await?;
+                insert(connection, holder, row, log, doing).await?;
             }
             Rows::Save {
                 id,
@@ -117,7 +126,7 @@ pub(crate) async fn write_all(
                     log,
                     history,
                 };
-                if let Some(conflict) = save_in(connection, &save, doing).await? {
+                if let Some(conflict) = save_in(connection, holder, &save, doing).await? {
                     return Err(Failure::Conflict(conflict));
                 }
             }
@@ -127,16 +136,21 @@ pub(crate) async fn write_all(
     Ok(())
 }
 
-/// Inserts a task row and its log; `false` when a task with its id exists (nothing written).
+/// Inserts a task row and its log; `false` when a task with its id exists (nothing written). A
+/// task inserted as running is leased to the inserting instance.
 pub(crate) async fn insert(
     connection: &mut PgConnection,
+    holder: &Holder,
     row: &TaskRow,
     log: &[LogLine],
     doing: &'static str,
 ) -> Result<bool, StoreError> {
     let inserted = sqlx::query(
         "INSERT INTO tasks (id, title, owner, stream_id, status, level, created_at, updated_at, \
-         record, requester, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+         record, requester, created_by, lease_owner, lease_until) VALUES ($1, $2, $3, $4, $5, \
+         $6, $7, $8, $9, $10, $11, CASE WHEN $5 = 'running' THEN $12::text END, \
+         CASE WHEN $5 = 'running' AND $12::text IS NOT NULL \
+         THEN now() + make_interval(secs => $13::float8) END) \
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&row.id)
@@ -150,6 +164,8 @@ pub(crate) async fn insert(
     .bind(&row.record)
     .bind(row.requester.as_deref())
     .bind(row.created_by.as_deref())
+    .bind(holder.instance.as_deref())
+    .bind(holder.lease_secs)
     .execute(&mut *connection)
     .await;
     let inserted = match inserted {
@@ -190,9 +206,13 @@ async fn stored_status(
 }
 
 /// The update, the status-log lines the store lacks and the history. `Some(conflict)` when an
-/// expectation did not hold.
+/// expectation did not hold — or when the task runs under another instance's live lease (the
+/// fence: a save from an instance whose lease was taken over is refused, `Conflict` with the
+/// status `running`). A save that leaves the task running takes (or renews) the writer's lease;
+/// one that moves it out of `running` clears the lease and any stop request.
 async fn save_in(
     connection: &mut PgConnection,
+    holder: &Holder,
     save: &Save<'_>,
     doing: &'static str,
 ) -> Result<Option<SaveOutcome>, StoreError> {
@@ -211,8 +231,14 @@ async fn save_in(
     }
     let updated = sqlx::query(
         "UPDATE tasks SET title = $2, owner = $3, stream_id = $4, status = $5, level = $6, \
-         created_at = $7, updated_at = $8, record = $9 \
-         WHERE id = $1 AND ($10::text IS NULL OR status = $10)",
+         created_at = $7, updated_at = $8, record = $9, \
+         lease_owner = CASE WHEN $5 = 'running' THEN COALESCE($11::text, lease_owner) END, \
+         lease_until = CASE WHEN $5 <> 'running' THEN NULL WHEN $11::text IS NULL THEN lease_until \
+         ELSE now() + make_interval(secs => $12::float8) END, \
+         stop_request = CASE WHEN $5 = 'running' THEN stop_request END \
+         WHERE id = $1 AND ($10::text IS NULL OR status = $10) \
+         AND (status <> 'running' OR lease_owner IS NULL OR lease_owner = $11::text \
+         OR lease_until < now())",
     )
     .bind(&row.id)
     .bind(&row.title)
@@ -224,6 +250,8 @@ async fn save_in(
     .bind(&row.updated_at)
     .bind(&row.record)
     .bind(save.expected.map(TaskStatus::as_str))
+    .bind(holder.instance.as_deref())
+    .bind(holder.lease_secs)
     .execute(&mut *connection)
     .await
     .map_err(pg(doing))?;

@@ -1,0 +1,393 @@
+//! Several `mai-agent serve` instances on one PostgreSQL database behave as one service: a task
+//! of a SIGKILLed instance resumes on another from its last checkpoint (its checkpointed tool
+//! call never runs again); a cancel given to one instance stops the task running on another; an
+//! answer given through one instance resumes a task that asked through another; a cron task
+//! fires once per fire time with two instances armed.
+//!
+//! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
+//! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
+//! reads a task's status each time it changes, and it waits on the fake model's calls.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../../../testing/postgres.rs"]
+mod pg_cluster;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use mai_store::sqlx;
+use pg_cluster::PgCluster;
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The agent's script: `results` tool results so far → the next message. The first call made
+/// with `hold_at` results is held (never answered in the test's time): the instance making it
+/// is busy inside that round until it is killed or its task stopped.
+struct Script {
+    steps: fn(usize, &Value) -> Value,
+    hold_at: Option<usize>,
+    held: AtomicUsize,
+    calls: Arc<Calls>,
+}
+
+impl Respond for Script {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        if body["model"] == "title-model" {
+            return completion(&body, answer("Instance test"));
+        }
+        let results = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count();
+        let hold = self.hold_at == Some(results) && self.held.fetch_add(1, Ordering::SeqCst) == 0;
+        let response = completion(&body, (self.steps)(results, &body));
+        self.calls.arrived();
+        if hold {
+            return response.set_delay(Duration::from_secs(3600));
+        }
+        response
+    }
+}
+
+fn completion(body: &Value, message: Value) -> ResponseTemplate {
+    let finish = if message.get("tool_calls").is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+    }))
+}
+
+/// The fake model running `steps`, holding the first call made with `hold_at` tool results.
+async fn model(
+    steps: fn(usize, &Value) -> Value,
+    hold_at: Option<usize>,
+) -> (MockServer, Arc<Calls>) {
+    let server = MockServer::start().await;
+    let calls = Arc::new(Calls::default());
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(Script {
+            steps,
+            hold_at,
+            held: AtomicUsize::new(0),
+            calls: calls.clone(),
+        })
+        .mount(&server)
+        .await;
+    (server, calls)
+}
+
+/// The shared database, and a LISTEN on its `mai_tasks` channel opened before anything runs.
+struct Cluster {
+    cluster: PgCluster,
+    url: String,
+    pool: sqlx::PgPool,
+    listener: sqlx::postgres::PgListener,
+    config: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(extra: &str) -> Option<Cluster> {
+        let cluster = PgCluster::start()?;
+        let url = cluster.database();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("mai-agent.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[storage]\nurl = \"{url}\"\nlease_secs = 2\nheartbeat_secs = 1\n\
+                 [shell]\nenabled = true\n[permission]\nadmins = [\"console:local\"]\n{extra}"
+            ),
+        )
+        .unwrap();
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+            .await
+            .unwrap();
+        listener.listen("mai_tasks").await.unwrap();
+        Some(Cluster {
+            cluster,
+            url,
+            pool,
+            listener,
+            config,
+            _dir: dir,
+        })
+    }
+
+    /// `serve` as instance `name`, with a data directory of its own (as on another machine).
+    fn serve(&self, name: &str, model: &MockServer, data: &std::path::Path) -> Served {
+        let mut command = serve_command(&data.join(name), model, Some(&self.config));
+        command
+            .env("MAI_AGENT__SERVER__INSTANCE_ID", name)
+            .env("MAI_AGENT_LOG", "info");
+        Served::start(command)
+    }
+
+    /// The stored status of task `id` (the API's id, with dashes).
+    async fn status(&self, id: &str) -> String {
+        sqlx::query_scalar("SELECT status FROM tasks WHERE id = $1")
+            .bind(id.replace('-', ""))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until task `id` is `status`: reads it, then again after each announced change.
+    async fn wait_status(&mut self, id: &str, status: &str) {
+        let reached = tokio::time::timeout(Duration::from_secs(90), async {
+            loop {
+                if self.status(id).await == status {
+                    return;
+                }
+                self.listener.recv().await.unwrap();
+            }
+        })
+        .await;
+        assert!(reached.is_ok(), "task {id} never became {status}");
+    }
+
+    /// The status log of task `id`: `status|actor|reason` lines, in order.
+    async fn log(&self, id: &str) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT status || '|' || actor || '|' || reason FROM task_status_log \
+             WHERE task_id = $1 ORDER BY seq",
+        )
+        .bind(id.replace('-', ""))
+        .fetch_all(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// The instance whose scheduler claimed task `id` last (`scheduler@<name>`).
+    async fn runner(&self, id: &str) -> String {
+        let log = self.log(id).await;
+        let claim = log
+            .iter()
+            .rev()
+            .find(|line| line.starts_with("running|"))
+            .unwrap_or_else(|| panic!("task {id} never ran: {log:?}"));
+        let actor = claim.split('|').nth(1).unwrap();
+        actor.rsplit('@').next().unwrap().to_owned()
+    }
+}
+
+/// One `run_command` that appends to the file the intent names (`append-to:<path> `), then the
+/// answer.
+fn one_command_then_done(results: usize, body: &Value) -> Value {
+    let intent = body["messages"].to_string();
+    let file = intent
+        .split("append-to:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    match results {
+        0 => tool_call(
+            "c0",
+            "run_command",
+            json!({"command": format!("echo ran >> {file}")}),
+        ),
+        _ => answer("done after the command"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_of_a_killed_instance_resumes_on_another_without_rerunning_its_checkpointed_tool_call()
+ {
+    let Some(mut cluster) = Cluster::start("").await else {
+        return;
+    };
+    // The call after the command's result is held: its instance is busy in round 2 when killed.
+    let (model, calls) = model(one_command_then_done, Some(1)).await;
+    let data = tempfile::tempdir().unwrap();
+    let ran = data.path().join("ran");
+    let mut a = cluster.serve("a", &model, data.path());
+    let client = reqwest::Client::new();
+    let id = create_console_task(
+        &client,
+        &a.base,
+        &format!("run it once append-to:{} and stop", ran.display()),
+    )
+    .await;
+    cluster.wait_status(&id, "running").await;
+    // Round 1 (the command, its result checkpointed) is over once round 2's call arrives.
+    calls.wait_past(1).await;
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n");
+    assert_eq!(cluster.runner(&id).await, "a");
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let _b = cluster.serve("b", &model, data.path());
+    cluster.wait_status(&id, "completed").await;
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "ran\n",
+        "the checkpointed command never ran again"
+    );
+    let log = cluster.log(&id).await;
+    assert!(
+        log.iter()
+            .any(|l| l == "pending|recovery@b|recovered from running"),
+        "b adopted the task a held: {log:?}"
+    );
+    assert_eq!(cluster.runner(&id).await, "b");
+    let record: String = sqlx::query_scalar("SELECT record FROM tasks WHERE id = $1")
+        .bind(id.replace('-', ""))
+        .fetch_one(&cluster.pool)
+        .await
+        .unwrap();
+    assert!(record.contains("done after the command"), "{record}");
+    drop(cluster.cluster);
+}
+
+/// Asks, and answers with what it was told.
+fn ask_then_repeat(results: usize, body: &Value) -> Value {
+    match results {
+        0 => tool_call("q0", "ask_user", json!({"question": "which colour?"})),
+        _ => answer(&format!("you said {}", last_tool_result(body))),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_given_through_one_instance_resumes_a_task_that_asked_through_another() {
+    let Some(mut cluster) = Cluster::start("").await else {
+        return;
+    };
+    let (model, _) = model(ask_then_repeat, None).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let b = cluster.serve("b", &model, data.path());
+    let client = reqwest::Client::new();
+    let id = create_console_task(&client, &a.base, "ask me a colour").await;
+    cluster.wait_status(&id, "waiting_input").await;
+    let asker = cluster.runner(&id).await;
+    let other = if asker == "a" { &b } else { &a };
+
+    let answered = client
+        .post(format!("{}/v1/tasks/{id}/answer", other.base))
+        .json(&json!({"text": "teal"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        answered.status().is_success(),
+        "{}",
+        answered.text().await.unwrap()
+    );
+    cluster.wait_status(&id, "completed").await;
+    let record = task_record(&client, &a.base, &id).await;
+    assert!(
+        record.to_string().contains("you said") && record.to_string().contains("teal"),
+        "{record}"
+    );
+    let log = cluster.log(&id).await;
+    assert!(
+        log.iter().any(|l| l.ends_with("|resumed with the answer")),
+        "{log:?}"
+    );
+}
+
+/// One command, then (held) the next round: the task stays running until it is stopped.
+fn command_then_hold(results: usize, _: &Value) -> Value {
+    match results {
+        0 => tool_call("c0", "run_command", json!({"command": "true"})),
+        _ => answer("should not get here"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_given_to_one_instance_stops_the_task_running_on_another() {
+    let Some(mut cluster) = Cluster::start("").await else {
+        return;
+    };
+    let (model, calls) = model(command_then_hold, Some(1)).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let b = cluster.serve("b", &model, data.path());
+    let client = reqwest::Client::new();
+    let id = create_console_task(&client, &a.base, "run until cancelled").await;
+    calls.wait_past(1).await;
+    assert_eq!(cluster.status(&id).await, "running");
+    let runner = cluster.runner(&id).await;
+    let other = if runner == "a" { &b } else { &a };
+
+    let cancelled = client
+        .post(format!("{}/v1/tasks/{id}/cancel", other.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        cancelled.status().is_success(),
+        "{}",
+        cancelled.text().await.unwrap()
+    );
+    cluster.wait_status(&id, "cancelled").await;
+    let log = cluster.log(&id).await;
+    assert!(
+        log.last().unwrap().ends_with("|cancelled while running"),
+        "the instance running it stopped it: {log:?}"
+    );
+    assert_eq!(calls.count(), 2, "no model call after the cancel");
+}
+
+/// A recurring task's every run answers at once.
+fn answer_at_once(_: usize, _: &Value) -> Value {
+    answer("tick")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_task_runs_once_per_fire_time_with_two_instances_armed() {
+    let Some(mut cluster) = Cluster::start("").await else {
+        return;
+    };
+    let (model, _) = model(answer_at_once, None).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let _b = cluster.serve("b", &model, data.path());
+    let client = reqwest::Client::new();
+    let id = create_with(
+        &client,
+        &a.base,
+        json!({"intent": "tick every minute", "cron_expr": "* * * * *"}),
+    )
+    .await;
+    // Two fire times: each ends with the task scheduled again for the next minute.
+    for fire in 1..=2 {
+        let ran = tokio::time::timeout(Duration::from_secs(150), async {
+            loop {
+                let log = cluster.log(&id).await;
+                let runs = log.iter().filter(|l| l.ends_with("|dispatched")).count();
+                if runs >= fire && log.last().unwrap().starts_with("scheduled|") {
+                    return;
+                }
+                cluster.listener.recv().await.unwrap();
+            }
+        })
+        .await;
+        assert!(ran.is_ok(), "the cron task did not run {fire} time(s)");
+    }
+    let runs: Vec<String> = sqlx::query_scalar(
+        "SELECT substr(at, 1, 16) FROM task_status_log WHERE task_id = $1 \
+         AND reason = 'dispatched' ORDER BY seq",
+    )
+    .bind(id.replace('-', ""))
+    .fetch_all(&cluster.pool)
+    .await
+    .unwrap();
+    assert_eq!(runs.len(), 2, "one run per fire time: {runs:?}");
+    assert_ne!(runs[0], runs[1], "two different minutes: {runs:?}");
+    assert_eq!(cluster.status(&id).await, "scheduled");
+    let _ = &cluster.url;
+}
