@@ -1,5 +1,7 @@
 //! `mai-agent tools`: what each role may call — exactly the tool list an agent task of that role
-//! gets every round, built the way the service builds it.
+//! gets every round, built the way the service builds it. The matrix (and its `--json`) is
+//! [`mai_tools::matrix`], the same function `GET /v1/tools` answers with. Must not: work out
+//! which role sees which tool itself.
 
 use std::sync::Arc;
 
@@ -8,7 +10,7 @@ use mai_core::role::Role;
 use mai_core::tool::ToolRegistry;
 use mai_core::tool::discovery::SYNTHETIC_NAMES;
 use mai_engine::Engine;
-use serde_json::json;
+use mai_tools::matrix;
 
 /// Prints the tools of `role` (or the role × tool matrix when `role` is `None`).
 pub fn print(engine: &Arc<Engine>, role: Option<Role>, as_json: bool) -> Result<()> {
@@ -17,38 +19,23 @@ pub fn print(engine: &Arc<Engine>, role: Option<Role>, as_json: bool) -> Result<
         Some(role) => print_role(registry, role, as_json),
         None => print_matrix(registry, as_json),
     }
-    Ok(())
 }
 
 /// The tools a task of `role` is shown every round, with what their schemas cost.
-fn print_role(registry: &ToolRegistry, role: Role, as_json: bool) {
-    let tools = registry.presented(role);
-    let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    let tokens = mai_tools::budget::schema_tokens(&specs);
+fn print_role(registry: &ToolRegistry, role: Role, as_json: bool) -> Result<()> {
+    let shown = matrix::for_role(registry, role);
     if as_json {
-        let list: Vec<_> = tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name(),
-                    "visibility": t.visibility().as_str(),
-                    "min_role": t.min_role().as_str(),
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            json!({"role": role.as_str(), "tools": list, "schema_tokens": tokens})
-        );
-        return;
+        println!("{}", serde_json::to_string(&shown)?);
+        return Ok(());
     }
     println!(
         "Tools a task with role {role} sees every round ({}):",
-        tools.len()
+        shown.tools.len()
     );
-    let width = tools
+    let width = shown
+        .tools
         .iter()
-        .map(|t| t.name().len())
+        .map(|t| t.name.len())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -56,47 +43,42 @@ fn print_role(registry: &ToolRegistry, role: Role, as_json: bool) {
         "  {:width$}  {:12}  {:8}  DESCRIPTION",
         "NAME", "VISIBILITY", "MIN ROLE"
     );
-    for tool in tools.iter() {
-        let description = tool.description().split(". ").next().unwrap_or_default();
+    for tool in &shown.tools {
         println!(
             "  {:width$}  {:12}  {:8}  {}",
-            tool.name(),
-            tool.visibility().as_str(),
-            tool.min_role().as_str(),
-            description.trim_end_matches('.')
+            tool.name, tool.visibility, tool.min_role, tool.description
         );
     }
-    println!("Schemas as sent each round: {tokens} cl100k tokens.");
+    println!(
+        "Schemas as sent each round: {} cl100k tokens.",
+        shown.schema_tokens
+    );
     println!(
         "Answered at dispatch, never presented: {} (fallback for models that still call them).",
         SYNTHETIC_NAMES.join(", ")
     );
+    Ok(())
 }
 
 /// Every tool, and which roles may call it.
-fn print_matrix(registry: &ToolRegistry, as_json: bool) {
-    let all = registry.all();
+fn print_matrix(registry: &ToolRegistry, as_json: bool) -> Result<()> {
+    let all = matrix::matrix(registry);
     if as_json {
-        let matrix: Vec<_> = all
-            .iter()
-            .map(|t| {
-                let roles: Vec<&str> = Role::ALL
-                    .iter()
-                    .filter(|r| registry.names(**r).iter().any(|n| n == t.name()))
-                    .map(|r| r.as_str())
-                    .collect();
-                json!({"name": t.name(), "visibility": t.visibility().as_str(),
-                       "min_role": t.min_role().as_str(), "roles": roles})
-            })
-            .collect();
-        println!("{}", json!({"tools": matrix}));
-        return;
+        println!("{}", serde_json::to_string(&all)?);
+        return Ok(());
     }
-    let width = all.iter().map(|t| t.name().len()).max().unwrap_or(4).max(4);
+    let width = all
+        .tools
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     println!("  {:width$}  guest  user  admin", "TOOL");
-    for tool in &all {
+    for tool in &all.tools {
+        let roles = tool.roles.as_deref().unwrap_or_default();
         let mark = |role: Role| {
-            if registry.names(role).iter().any(|n| n == tool.name()) {
+            if roles.contains(&role.as_str()) {
                 "✓"
             } else {
                 "·"
@@ -104,10 +86,11 @@ fn print_matrix(registry: &ToolRegistry, as_json: bool) {
         };
         println!(
             "  {:width$}  {:^5}  {:^4}  {:^5}",
-            tool.name(),
+            tool.name,
             mark(Role::Guest),
             mark(Role::User),
             mark(Role::Admin)
         );
     }
+    Ok(())
 }

@@ -128,11 +128,11 @@ impl TaskStatus {
     pub fn can_become(self, next: TaskStatus) -> bool {
         use TaskStatus::*;
         match self {
-            Scheduled => matches!(next, Pending | Cancelled),
+            Scheduled => matches!(next, Pending | Paused | Cancelled),
             Pending => matches!(next, Running | Cancelled | Scheduled | Failed),
             Running => matches!(next, WaitingInput | Paused | Completed | Failed | Cancelled),
             WaitingInput => matches!(next, Running | Paused | Cancelled | Failed),
-            Paused => matches!(next, Pending | Cancelled),
+            Paused => matches!(next, Pending | Scheduled | Cancelled),
             Completed | Failed | Cancelled => false,
         }
     }
@@ -439,14 +439,14 @@ mod tests {
     #[test]
     fn every_transition_follows_the_table() {
         let legal: &[(TaskStatus, &[TaskStatus])] = &[
-            (Scheduled, &[Pending, Cancelled]),
+            (Scheduled, &[Pending, Paused, Cancelled]),
             (Pending, &[Running, Cancelled, Scheduled, Failed]),
             (
                 Running,
                 &[WaitingInput, Paused, Completed, Failed, Cancelled],
             ),
             (WaitingInput, &[Running, Paused, Cancelled, Failed]),
-            (Paused, &[Pending, Cancelled]),
+            (Paused, &[Pending, Scheduled, Cancelled]),
             (Completed, &[]),
             (Failed, &[]),
             (Cancelled, &[]),

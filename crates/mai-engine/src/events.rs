@@ -17,6 +17,9 @@ pub enum TaskEvent {
     Created {
         task_id: TaskId,
         title: String,
+        /// The task that made it (a sub-task's or reply task's parent), so a viewer can nest
+        /// it under its parent as it appears; `null` for a task made by a person or program.
+        parent_task_id: Option<TaskId>,
     },
     Status {
         task_id: TaskId,

@@ -469,6 +469,7 @@ impl Engine {
         self.emit(TaskEvent::Created {
             task_id: reply.id,
             title: reply.title.clone(),
+            parent_task_id: reply.metadata.parent_task_id,
         });
         if queue {
             self.enqueue(reply);

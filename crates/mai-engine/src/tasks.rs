@@ -261,6 +261,7 @@ impl Engine {
         self.emit(TaskEvent::Created {
             task_id: task.id,
             title: task.title.clone(),
+            parent_task_id: task.metadata.parent_task_id,
         });
         match scheduled_at {
             Some(at) => self.schedule.arm_due(task.id, at),
@@ -560,7 +561,9 @@ impl Engine {
         .await
     }
 
-    /// Pauses a task; a running one pauses at its next await and resumes from its checkpoint.
+    /// Pauses a task; a running one pauses at its next await and resumes from its checkpoint; a
+    /// scheduled one (delayed or cron, waiting for its time) stops waiting: its timer is
+    /// withdrawn until it is resumed.
     pub async fn pause(&self, caller: &Caller, reference: &str) -> Result<TaskRecord, EngineError> {
         let task = self
             .resolve_for_change(caller, reference, Change::Stop)
@@ -604,7 +607,7 @@ impl Engine {
                     what: if to == TaskStatus::Cancelled {
                         "it can no longer be cancelled"
                     } else {
-                        "only pending, running or waiting tasks can be paused (cancel a scheduled one)"
+                        "only scheduled, pending, running or waiting tasks can be paused"
                     },
                 });
             }
@@ -648,7 +651,9 @@ impl Engine {
         Ok(self.store.request_stop(id, &request).await?)
     }
 
-    /// Resumes a paused task from its checkpoint.
+    /// Resumes a paused task from its checkpoint: back to `scheduled` (its timer armed again)
+    /// when its due time is still ahead — a delayed or cron task paused while it waited —
+    /// otherwise queued (`pending`).
     pub async fn resume(
         &self,
         caller: &Caller,
@@ -664,10 +669,19 @@ impl Engine {
                 what: "only paused tasks can be resumed",
             });
         }
-        task.transition(TaskStatus::Pending, &caller.actor(), "resumed", self.now())?;
+        let now = self.now();
+        let due = task.scheduled_at.filter(|at| *at > now);
+        let (to, reason) = match due {
+            Some(_) => (TaskStatus::Scheduled, "resumed: waits for its time"),
+            None => (TaskStatus::Pending, "resumed"),
+        };
+        task.transition(to, &caller.actor(), reason, now)?;
         task.metadata.pause_cause = None;
         if self.save_status(&task, TaskStatus::Paused).await? {
-            self.enqueue(&task);
+            match due {
+                Some(at) => self.schedule.arm_due(task.id, at),
+                None => self.enqueue(&task),
+            }
         }
         Ok(task)
     }

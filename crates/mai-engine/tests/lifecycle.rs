@@ -507,6 +507,72 @@ async fn a_cron_task_rearms_after_completion_and_a_cancel_stops_it() {
     assert_eq!(h.host.sent_to("s").len(), 2);
 }
 
+#[tokio::test]
+async fn a_paused_scheduled_task_never_fires_and_resumes_to_its_time_or_to_the_queue() {
+    let model = RuleModel::new(|_| Ok(ChatResponse::text("done")));
+    let clock = ManualClock::new();
+    let mut h = Harness::start_with(
+        test_config(),
+        model.clone(),
+        Arc::new(ToolRegistry::new()),
+        clock.clone(),
+    )
+    .await;
+    let alice = caller("user", Role::User, "s");
+    let cron = h
+        .engine
+        .create(&alice, cron_in("* * * * *", None))
+        .await
+        .unwrap();
+    let first = cron.scheduled_at.unwrap();
+    let delayed = h
+        .engine
+        .create(
+            &alice,
+            CreateTask {
+                trigger: Trigger::Delay { seconds: 30 },
+                ..CreateTask::agent("later")
+            },
+        )
+        .await
+        .unwrap();
+    for task in [&cron, &delayed] {
+        let paused = h.engine.pause(&alice, &task.id.short()).await.unwrap();
+        assert_eq!(paused.status, TaskStatus::Paused);
+        assert_eq!(paused.metadata.pause_cause, Some(PauseCause::User));
+    }
+    // Resumed before its time: scheduled again, for the same time.
+    let back = h.engine.resume(&alice, &cron.id.short()).await.unwrap();
+    assert_eq!(back.status, TaskStatus::Scheduled);
+    assert_eq!(back.scheduled_at, Some(first));
+    assert_eq!(
+        back.status_log.last().unwrap().reason,
+        "resumed: waits for its time"
+    );
+    h.engine.pause(&alice, &cron.id.short()).await.unwrap();
+
+    // Their times pass while they are paused: neither fires.
+    clock.advance(chrono::Duration::seconds(120));
+    h.engine.clock_changed();
+    for task in [&cron, &delayed] {
+        assert_eq!(record(&h.engine, task.id).await.status, TaskStatus::Paused);
+    }
+    assert_eq!(model.agent_calls.load(Ordering::SeqCst), 0);
+
+    // Resumed after its time: queued, and it runs at once.
+    let queued = h.engine.resume(&alice, &delayed.id.short()).await.unwrap();
+    assert_eq!(queued.status, TaskStatus::Pending);
+    assert_eq!(queued.status_log.last().unwrap().reason, "resumed");
+    h.wait_status(delayed.id, TaskStatus::Completed).await;
+    // A cron task that missed its time runs once now, then waits for the next.
+    h.engine.resume(&alice, &cron.id.short()).await.unwrap();
+    h.wait_status(cron.id, TaskStatus::Completed).await;
+    h.wait_status(cron.id, TaskStatus::Scheduled).await;
+    let rearmed = record(&h.engine, cron.id).await;
+    assert_eq!(rearmed.metadata.cron_runs, 1);
+    assert!(rearmed.scheduled_at.unwrap() > clock_now(&clock));
+}
+
 fn utc(rfc3339: &str) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::parse_from_rfc3339(rfc3339)
         .unwrap()

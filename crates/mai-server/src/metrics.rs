@@ -30,7 +30,7 @@ use mai_engine::Engine;
 use mai_engine::EngineError;
 use mai_engine::TaskEvent;
 
-use crate::health::Health;
+use crate::health::{Health, ModelTotals};
 
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -389,6 +389,32 @@ impl Metrics {
                 cost.inc_by(more);
             }
         }
+    }
+
+    /// What the health history (`crate::trend`) samples, read from these metrics: the tasks
+    /// finished since start (`mai_tasks_finished_total`, every state — the events emitted before
+    /// this call are counted first, as for a scrape) and the model calls' totals (the metering
+    /// behind `mai_model_request_duration_seconds`).
+    pub async fn trend_figures(&self) -> (u64, ModelTotals) {
+        let _one_render = self.inner.render.lock().await;
+        let feed = lock(&self.inner.feed).clone();
+        if let Some(feed) = feed {
+            feed.drain(self).await;
+        }
+        let finished = TaskStatus::ALL
+            .into_iter()
+            .filter(|status| status.is_terminal())
+            .filter_map(|status| {
+                let labels = StateLabels {
+                    state: status.as_str().to_owned(),
+                };
+                self.inner
+                    .finished
+                    .get(&labels)
+                    .map(|counter| counter.get())
+            })
+            .sum();
+        (finished, self.inner.health.model_totals())
     }
 
     /// Sets the bridge gauges (the HTTP API reads the MaiBot host at scrape time).

@@ -1,12 +1,15 @@
 //! The recent history behind the dashboard's health charts (`GET /v1/health/history`): every
-//! [`INTERVAL`] a sample of the active tasks per state (the queue is `pending`), the tasks
-//! finished so far, and the model calls so far (count, failures, total latency, from
-//! [`crate::health::Health`]); the last [`KEEP`] samples (one hour) are kept in memory.
+//! [`INTERVAL`] a sample of the active tasks per state (the queue is `pending`), read through the
+//! engine's facade like the `mai_tasks` gauge, and the server's metrics' running totals
+//! ([`Metrics::trend_figures`]): the tasks finished so far (`mai_tasks_finished_total`) and the
+//! model calls so far (count, failures, total latency — the metering behind
+//! `mai_model_request_duration_seconds`); the last [`KEEP`] samples (one hour) are kept in memory.
 //!
 //! Samples are cumulative figures; rates (tasks per minute, error rate, mean latency) are the
 //! differences between two samples, which the page computes. The history starts when `serve`
 //! starts and is lost when it stops — it is not stored. Must not: reach the store directly (it
-//! reads through the engine's facade) or keep more than [`KEEP`] samples.
+//! reads through the engine's facade), count anything itself (the metrics do), or keep more
+//! than [`KEEP`] samples.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,14 +17,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use mai_core::store::TaskFilter;
-use mai_engine::{Caller, Engine, EngineError, TaskEvent};
+use mai_engine::{Caller, Engine, EngineError};
 
-use crate::health::{Health, ModelTotals};
-use crate::metrics::ACTIVE_STATES;
+use crate::health::ModelTotals;
+use crate::metrics::{ACTIVE_STATES, Metrics};
 
 /// How often a sample is taken.
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -34,7 +36,7 @@ pub struct Sample {
     pub at: DateTime<Utc>,
     /// Active tasks per state (`scheduled`, `pending`, `running`, `waiting_input`, `paused`).
     pub active: BTreeMap<&'static str, u64>,
-    /// Tasks that reached a terminal state since start.
+    /// Tasks that reached a terminal state since start (`mai_tasks_finished_total`).
     pub finished: u64,
     pub model: ModelTotals,
 }
@@ -43,28 +45,26 @@ pub struct Sample {
 #[derive(Clone, Default)]
 pub struct Trend {
     samples: Arc<Mutex<VecDeque<Sample>>>,
-    finished: Arc<Mutex<u64>>,
 }
 
 impl Trend {
-    /// Starts sampling `engine` and `health` every [`INTERVAL`] until `shutdown` (when a tokio
+    /// Starts sampling `engine` and `metrics` every [`INTERVAL`] until `shutdown` (when a tokio
     /// runtime is running; otherwise the history stays empty and only [`Trend::now`] answers).
-    pub fn start(engine: Arc<Engine>, health: Health, shutdown: CancellationToken) -> Trend {
+    pub fn start(engine: Arc<Engine>, metrics: Metrics, shutdown: CancellationToken) -> Trend {
         let trend = Trend::default();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(trend.clone().run(engine, health, shutdown));
+            runtime.spawn(trend.clone().run(engine, metrics, shutdown));
         }
         trend
     }
 
-    async fn run(self, engine: Arc<Engine>, health: Health, shutdown: CancellationToken) {
-        let mut events = engine.subscribe();
+    async fn run(self, engine: Arc<Engine>, metrics: Metrics, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                _ = tick.tick() => match self.now(&engine, &health).await {
+                _ = tick.tick() => match self.now(&engine, &metrics).await {
                     Ok(sample) => {
                         let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
                         if samples.len() == KEEP {
@@ -74,19 +74,12 @@ impl Trend {
                     }
                     Err(error) => tracing::warn!(%error, "could not sample the health history"),
                 },
-                event = events.recv() => match event {
-                    Ok(TaskEvent::Status { status, .. }) if status.is_terminal() => {
-                        *self.finished.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-                    }
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => return,
-                },
             }
         }
     }
 
     /// A sample taken now (not kept).
-    pub async fn now(&self, engine: &Engine, health: &Health) -> Result<Sample, EngineError> {
+    pub async fn now(&self, engine: &Engine, metrics: &Metrics) -> Result<Sample, EngineError> {
         let reader = Caller::admin_reader("health-history")
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let filter = TaskFilter {
@@ -101,11 +94,12 @@ impl Trend {
                 (state.as_str(), count as u64)
             })
             .collect();
+        let (finished, model) = metrics.trend_figures().await;
         Ok(Sample {
             at: Utc::now(),
             active,
-            finished: *self.finished.lock().unwrap_or_else(PoisonError::into_inner),
-            model: health.model_totals(),
+            finished,
+            model,
         })
     }
 

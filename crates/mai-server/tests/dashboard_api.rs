@@ -1,19 +1,26 @@
 //! What the web dashboard needs from the HTTP API, against a real engine, host and store served
 //! on 127.0.0.1:0: its page and files load without the token but behind the Host/Origin checks
-//! and with a strict Content-Security-Policy; pause and resume; filters and per-status counts on
-//! the task list; the role × tool matrix; MCP servers (a real one from `testing/peers`, and one
-//! that cannot start); a stream's recent messages; the health history; and changes sent by the
-//! dashboard logged as `dashboard:operator`.
+//! and with a strict Content-Security-Policy; pause and resume (scheduled tasks too); filters,
+//! per-status counts and paging on the task list; the role × tool matrix; MCP servers (a real
+//! one from `testing/peers`, and one that cannot start); a task's chat (404 for a chat no task
+//! is in, 503 while the host is away); `created` events naming the parent; the health history
+//! from the metrics; and changes sent by the dashboard logged as `dashboard:operator`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../../../testing/sse.rs"]
+mod sse;
 
-use common::{Served, Service, call, json_of, serve, server_config};
+use std::time::Duration;
+
+use common::{Served, Service, ServiceOptions, call, json_of, serve, server_config};
 use mai_core::model::ChatResponse;
 use mai_core::task::{TaskId, TaskStatus};
+use mai_host::{MaiBotConfig, MaiBotHost};
 use mai_llm::ScriptedModel;
 use mai_server::HttpOptions;
 use serde_json::{Value, json};
+use sse::SseReader;
 
 async fn start(model: ScriptedModel) -> (Service, Served) {
     let service = Service::start(model).await;
@@ -142,7 +149,8 @@ async fn a_page_served_under_an_allowed_host_may_call_the_api_from_its_own_origi
 }
 
 #[tokio::test]
-async fn tasks_are_paused_and_resumed_and_a_dashboard_change_names_the_dashboard() {
+async fn tasks_scheduled_or_waiting_are_paused_and_resumed_and_a_dashboard_change_names_the_dashboard()
+ {
     let model = ScriptedModel::from_responses([common::ask("which colour?")]);
     let (mut service, served) = start(model).await;
     service.say("user", Some("42"), "hello").await;
@@ -151,25 +159,33 @@ async fn tasks_are_paused_and_resumed_and_a_dashboard_change_names_the_dashboard
         json!({"intent": "later", "title": "later", "delay_seconds": 3600}),
     )
     .await;
+    // A scheduled task pauses (its timer stops) and resumes to its time, still ahead.
     let (status, body) = json_of(
         served
             .post(&format!("/v1/tasks/{}/pause", task_id(&scheduled).short()))
+            .header("X-Mai-Client", "dashboard")
             .send()
             .await
             .unwrap(),
     )
     .await;
+    assert_eq!(status, 200, "a scheduled task pauses: {body}");
+    assert_eq!(body["task"]["status"], "paused");
+    assert_eq!(body["stopping"], false);
+    let (status, body) = json_of(
+        served
+            .post(&format!("/v1/tasks/{}/resume", task_id(&scheduled).short()))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     assert_eq!(
-        status, 409,
-        "a scheduled task is cancelled, not paused: {body}"
+        body["task"]["status"], "scheduled",
+        "its time is ahead: {body}"
     );
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("cancel a scheduled one"),
-        "{body}"
-    );
+    assert_eq!(body["task"]["scheduled_at"], scheduled["scheduled_at"]);
 
     let waiting = create(&served, json!({"intent": "paint", "title": "paint"})).await;
     let id = task_id(&waiting);
@@ -323,13 +339,90 @@ async fn the_task_list_filters_by_owner_level_time_and_text_and_counts_per_statu
 }
 
 #[tokio::test]
+async fn the_task_list_pages_through_every_task_newest_or_oldest_first_with_a_total() {
+    let (_service, served) = start(ScriptedModel::default()).await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let task = create(
+            &served,
+            json!({"intent": "later", "title": format!("t{n}"), "delay_seconds": 3600}),
+        )
+        .await;
+        ids.push(task_id(&task));
+    }
+    let page = |query: &str| {
+        let request = served.get(&format!("/v1/tasks?{query}"));
+        let query = query.to_owned();
+        async move {
+            let (status, body) = json_of(request.send().await.unwrap()).await;
+            assert_eq!(status, 200, "{query}: {body}");
+            let titles: Vec<String> = body["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["title"].as_str().unwrap().to_owned())
+                .collect();
+            (titles, body)
+        }
+    };
+    let (titles, body) = page("limit=2").await;
+    assert_eq!(titles, ["t4", "t3"]);
+    assert_eq!(
+        (&body["total"], &body["next_offset"], &body["complete"]),
+        (&json!(5), &json!(2), &json!(true))
+    );
+    let (titles, body) = page("limit=2&offset=2").await;
+    assert_eq!(titles, ["t2", "t1"]);
+    assert_eq!(body["next_offset"], 4);
+    let (titles, body) = page("limit=2&offset=4").await;
+    assert_eq!(titles, ["t0"]);
+    assert_eq!(body["next_offset"], Value::Null, "the last page: {body}");
+    let (titles, body) = page("order=oldest&limit=3").await;
+    assert_eq!(titles, ["t0", "t1", "t2"]);
+    assert_eq!(body["next_offset"], 3);
+    let (titles, body) = page("order=oldest&offset=3").await;
+    assert_eq!(titles, ["t3", "t4"]);
+    assert_eq!(body["next_offset"], Value::Null);
+    let (titles, body) = page("offset=9").await;
+    assert!(titles.is_empty(), "{body}");
+    assert_eq!(
+        (&body["total"], &body["next_offset"]),
+        (&json!(5), &Value::Null)
+    );
+
+    // The total counts what the status filter keeps.
+    served
+        .post(&format!("/v1/tasks/{}/cancel", ids[1].short()))
+        .send()
+        .await
+        .unwrap();
+    let (titles, body) = page("status=scheduled&order=oldest&counts=true").await;
+    assert_eq!(titles, ["t0", "t2", "t3", "t4"]);
+    assert_eq!(body["total"], 4);
+    assert_eq!(body["counts"], json!({"scheduled": 4, "cancelled": 1}));
+    let (status, body) =
+        json_of(served.get("/v1/tasks?order=sideways").send().await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("order"), "{body}");
+}
+
+#[tokio::test]
 async fn the_tools_route_gives_the_role_matrix_and_each_roles_tools() {
     let (service, served) = start(ScriptedModel::default()).await;
     let registry = service.state.engine.registry();
     let (status, matrix) = json_of(served.get("/v1/tools").send().await.unwrap()).await;
     assert_eq!(status, 200, "{matrix}");
+    // The one matrix function `mai-agent tools --json` prints too.
+    assert_eq!(
+        matrix,
+        serde_json::to_value(mai_tools::matrix::matrix(registry)).unwrap()
+    );
     let tools = matrix["tools"].as_array().unwrap();
     assert_eq!(tools.len(), registry.all().len());
+    for tool in tools {
+        assert!(tool["schema_tokens"].as_u64().unwrap() > 0, "{tool}");
+        assert!(!tool["description"].as_str().unwrap().is_empty(), "{tool}");
+    }
     for role in mai_core::role::Role::ALL {
         let names = registry.names(role);
         for tool in tools {
@@ -361,13 +454,59 @@ async fn the_tools_route_gives_the_role_matrix_and_each_roles_tools() {
 }
 
 #[tokio::test]
-async fn a_streams_recent_messages_and_the_health_history_are_served() {
+async fn a_tasks_chat_its_reply_nested_live_and_the_health_history_from_the_metrics_are_served() {
     let model = ScriptedModel::from_responses([
         call("list_my_tasks", json!({})),
         ChatResponse::text("done"),
     ]);
     let (mut service, served) = start(model).await;
     service.say("user", Some("42"), "hello <b>there</b>").await;
+    let (status, body) = json_of(
+        served
+            .get("/v1/streams/qq%3Agroup%3A99/messages")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404, "no task is in that chat: {body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no task is in stream `qq:group:99`"),
+        "{body}"
+    );
+
+    let mut events = SseReader::new(served.get("/v1/events").send().await.unwrap());
+    let created = create(&served, json!({"intent": "count", "title": "count"})).await;
+    // Its own `created` event names no parent; its reply task's names it, so a page can nest
+    // the reply under it as it appears.
+    let (name, data) = events.next_of(task_id(&created)).await;
+    assert_eq!(
+        (name.as_str(), &data["parent_task_id"]),
+        ("created", &Value::Null)
+    );
+    let reply_created = loop {
+        let (name, data) = events.next().await.expect("the stream goes on");
+        if name == "created" {
+            break data;
+        }
+    };
+    assert_eq!(
+        reply_created["parent_task_id"], created["id"],
+        "{reply_created}"
+    );
+    service
+        .wait_status(task_id(&created), TaskStatus::Completed)
+        .await;
+    // Its reply runs after it: nothing is running once the reply is delivered too.
+    let admin = mai_engine::Caller::admin_reader("test").unwrap();
+    let record = service.state.engine.get(&admin, task_id(&created)).await;
+    let reply = mai_engine::reply_task_id(&record.unwrap());
+    assert_eq!(reply_created["task_id"], reply.to_string());
+    service.wait_status(reply, TaskStatus::Completed).await;
+
     let (status, body) = json_of(
         served
             .get("/v1/streams/qq%3Agroup%3A42/messages?limit=5")
@@ -389,15 +528,6 @@ async fn a_streams_recent_messages_and_the_health_history_are_served() {
     .await;
     assert_eq!(status, 400, "{body}");
 
-    let created = create(&served, json!({"intent": "count", "title": "count"})).await;
-    service
-        .wait_status(task_id(&created), TaskStatus::Completed)
-        .await;
-    // Its reply runs after it: nothing is running once the reply is delivered too.
-    let admin = mai_engine::Caller::admin_reader("test").unwrap();
-    let record = service.state.engine.get(&admin, task_id(&created)).await;
-    let reply = mai_engine::reply_task_id(&record.unwrap());
-    service.wait_status(reply, TaskStatus::Completed).await;
     let (status, body) = json_of(served.get("/v1/health/history").send().await.unwrap()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["interval_secs"], 10);
@@ -409,6 +539,56 @@ async fn a_streams_recent_messages_and_the_health_history_are_served() {
         assert_eq!(now["active"][state], 0, "{state}: {body}");
     }
     assert!(body["samples"].is_array());
+    // Finished tasks are the metrics' own count, not a second one.
+    let metrics = served
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let finished: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("mai_tasks_finished_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(finished, 2, "{metrics}");
+    assert_eq!(now["finished"], finished, "{body}");
+}
+
+#[tokio::test]
+async fn a_tasks_chat_is_unavailable_while_the_chat_host_is_away() {
+    let bridge = MaiBotHost::new(MaiBotConfig {
+        request_timeout: Duration::from_secs(30),
+        offline_timeout: Duration::from_secs(600),
+    });
+    let options = ServiceOptions {
+        bridge: Some(bridge),
+        ..ServiceOptions::default()
+    };
+    let service = Service::start_with(ScriptedModel::default(), options).await;
+    let served = serve(&service, HttpOptions::new(server_config())).await;
+    create(
+        &served,
+        json!({"intent": "later", "title": "later", "delay_seconds": 3600}),
+    )
+    .await;
+    let (status, body) = json_of(
+        served
+            .get("/v1/streams/qq%3Agroup%3A42/messages")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("the chat host cannot give the messages of `qq:group:42` now"),
+        "{body}"
+    );
+    assert!(error.contains("no MaiBot bridge is connected"), "{body}");
 }
 
 #[path = "../../../testing/peers.rs"]

@@ -5,6 +5,7 @@
 pub mod budget;
 pub mod files;
 pub mod info;
+pub mod matrix;
 pub mod plugin_api;
 pub mod reach;
 pub mod send_message;

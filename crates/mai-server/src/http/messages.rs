@@ -1,15 +1,19 @@
 //! `POST /v1/messages`: HTTP ingestion, a chat channel for programs. The message goes through
 //! the same inbound pipeline as every other channel ([`crate::inbound::deliver`]).
-//! `GET /v1/streams/{stream_id}/messages`: a stream's recent messages as the engine's host has
-//! them (the chat a waiting task's question sits in, for the dashboard). Must not: handle
-//! commands or replies itself.
+//! `GET /v1/streams/{stream_id}/messages`: the recent messages of a task's chat as the engine's
+//! host has them (the chat a waiting task's question sits in, for the dashboard) — 404 for a
+//! stream no task of the caller is in, 503 when the host cannot answer now. Must not: handle
+//! commands or replies itself, or read a chat no task of the caller is in.
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use chrono::Utc;
 use serde::Deserialize;
 
 use mai_core::ids::StreamId;
+use mai_core::store::TaskFilter;
+use mai_engine::Caller;
 use mai_host::IncomingMessage;
 
 use super::Api;
@@ -59,8 +63,7 @@ pub(crate) struct RecentQuery {
     limit: Option<usize>,
 }
 
-/// The newest messages of a stream, oldest first; empty for a stream the host does not know
-/// (a host without stored messages answers empty, never invented data).
+/// The newest messages of a task's chat, oldest first (empty when the host stored none).
 pub(crate) async fn recent(
     State(api): State<Api>,
     PathParams(stream_id): PathParams<String>,
@@ -74,13 +77,35 @@ pub(crate) async fn recent(
             "limit: must be between 1 and {MAX_RECENT}, got {limit}"
         )));
     }
-    let messages = api
-        .state
-        .engine
+    let engine = &api.state.engine;
+    let reader = Caller::admin_reader("http-api").map_err(ApiError::internal)?;
+    let filter = TaskFilter {
+        stream_id: Some(stream.clone()),
+        limit: Some(1),
+        ..TaskFilter::default()
+    };
+    if engine.list(&reader, filter).await?.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no task is in stream `{stream}`: only the chat of a task can be read here; \
+                 give the stream_id of a task (GET /v1/tasks)"
+            ),
+        ));
+    }
+    let messages = engine
         .host()
         .recent_messages(&stream, limit)
         .await
-        .map_err(ApiError::internal)?;
+        .map_err(|error| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the chat host cannot give the messages of `{stream}` now ({error}); \
+                     try again once it is back"
+                ),
+            )
+        })?;
     Ok(Json(serde_json::json!({
         "stream_id": stream.to_string(),
         "messages": messages,

@@ -134,11 +134,12 @@ pub fn listener(
     })
 }
 
-/// Every `(method, path)` the router serves (path templates as in OpenAPI, `{id}`), `/mcp`
-/// excluded (it is the MCP server's).
+/// Every `(method, path)` the router serves (path templates as in OpenAPI, `{id}`) — the API's
+/// and the dashboard's page and files — `/mcp` excluded (it is the MCP server's).
 pub fn routes() -> Vec<(Method, &'static str)> {
     route_table()
         .into_iter()
+        .chain(page_routes())
         .map(|(method, path, _)| (method, path))
         .collect()
 }
@@ -162,7 +163,7 @@ pub fn router(state: ServerState, options: HttpOptions) -> Router {
     let guard = Arc::new(guard::Guard::new(&options.config));
     let trend = Trend::start(
         state.engine.clone(),
-        state.metrics.health().clone(),
+        state.metrics.clone(),
         options.shutdown.clone(),
     );
     let api = Api {
@@ -247,10 +248,7 @@ async fn health(State(api): State<Api>) -> Response {
 /// The sampled history behind the dashboard's health charts (`crate::trend`), and a sample
 /// taken now.
 async fn health_history(State(api): State<Api>) -> Result<Response, ApiError> {
-    let now = api
-        .trend
-        .now(&api.state.engine, api.state.metrics.health())
-        .await?;
+    let now = api.trend.now(&api.state.engine, &api.state.metrics).await?;
     Ok(axum::Json(json!({
         "interval_secs": crate::trend::INTERVAL.as_secs(),
         "samples": api.trend.samples(),

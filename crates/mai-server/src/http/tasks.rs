@@ -34,9 +34,9 @@ use super::error::{ApiError, JsonBody, PathParams, QueryParams, to_json};
 /// Default and largest page of `GET /v1/tasks`.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 500;
-/// How many of the newest matching tasks `GET /v1/tasks` reads when it filters by time or text,
-/// or counts per status (finished tasks are kept `[storage] keep_finished_days`, so this is
-/// every task on most instances; `counts_complete` says when it was not).
+/// How many of the newest matching tasks `GET /v1/tasks` reads to filter, count, order and page
+/// them (finished tasks are kept `[storage] keep_finished_days`, so this is every task on most
+/// instances; `complete` says when it was not).
 const SCAN_LIMIT: u32 = 10_000;
 /// The header by which the dashboard names itself, and the actor its changes are logged as.
 const CLIENT_HEADER: &str = "x-mai-client";
@@ -99,19 +99,22 @@ pub(crate) struct ListQuery {
     parent: Option<String>,
     /// Also count the matching tasks per status (the status filter aside).
     counts: Option<bool>,
+    /// Skip this many matching tasks (the previous page's `next_offset`).
+    offset: Option<usize>,
+    /// `newest` (default) or `oldest` first, by creation time.
+    order: Option<Order>,
+}
+
+/// The order of `GET /v1/tasks`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Order {
+    #[default]
+    Newest,
+    Oldest,
 }
 
 impl ListQuery {
-    /// Whether the answer needs a look at more tasks than the page (filters the store does not
-    /// apply, or counts).
-    fn scans(&self) -> bool {
-        self.since.is_some()
-            || self.until.is_some()
-            || self.q.as_deref().is_some_and(|q| !q.trim().is_empty())
-            || self.parent.as_deref().is_some_and(|p| !p.trim().is_empty())
-            || self.counts == Some(true)
-    }
-
     /// The filters the store cannot apply.
     fn keeps(&self, task: &TaskRecord) -> bool {
         let q = self
@@ -150,6 +153,41 @@ fn parse_statuses(list: Option<&str>) -> Result<Vec<TaskStatus>, ApiError> {
     Ok(statuses)
 }
 
+/// The store-side filter of a list query (stream, owner, level; statuses only when no counts
+/// are asked for, since counts ignore the status filter), reading up to [`SCAN_LIMIT`] tasks.
+fn store_filter(query: &ListQuery, statuses: &[TaskStatus]) -> Result<TaskFilter, ApiError> {
+    let owner = match query.owner.as_deref().map(str::trim) {
+        Some(owner) if !owner.is_empty() => Some(owner.parse::<Owner>().map_err(|e| {
+            ApiError::bad_request(format!(
+                "owner: {e} (give `platform:user_id` or `planner:stream_id`)"
+            ))
+        })?),
+        _ => None,
+    };
+    let stream_id = query
+        .stream_id
+        .as_deref()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| stream("stream_id", s))
+        .transpose()?;
+    let counting = query.counts == Some(true);
+    Ok(TaskFilter {
+        stream_id,
+        owner,
+        level: query.level,
+        statuses: if counting {
+            Vec::new()
+        } else {
+            statuses.to_vec()
+        },
+        limit: Some(SCAN_LIMIT),
+        ..TaskFilter::default()
+    })
+}
+
+/// Lists tasks a page at a time: the matching tasks (newest first from the store, up to
+/// [`SCAN_LIMIT`]), filtered, counted, put in the asked order, then `offset` and `limit` cut the
+/// page; `total`, `next_offset` and `complete` say how to reach the rest.
 pub(crate) async fn list(
     State(api): State<Api>,
     QueryParams(query): QueryParams<ListQuery>,
@@ -161,34 +199,7 @@ pub(crate) async fn list(
             "limit: must be between 1 and {MAX_LIMIT}, got {limit}"
         )));
     }
-    let owner = match query.owner.as_deref().map(str::trim) {
-        Some(owner) if !owner.is_empty() => Some(owner.parse::<Owner>().map_err(|e| {
-            ApiError::bad_request(format!(
-                "owner: {e} (give `platform:user_id` or `planner:stream_id`)"
-            ))
-        })?),
-        _ => None,
-    };
-    let mut filter = TaskFilter {
-        stream_id: query
-            .stream_id
-            .as_deref()
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| stream("stream_id", s))
-            .transpose()?,
-        owner,
-        level: query.level,
-        statuses,
-        limit: Some(limit),
-        ..TaskFilter::default()
-    };
-    if !query.scans() {
-        let tasks = api.state.engine.list(&reader()?, filter).await?;
-        let views = tasks.iter().map(task_view).collect::<Result<Vec<_>, _>>()?;
-        return Ok(Json(json!({ "tasks": views })));
-    }
-    let wanted = std::mem::take(&mut filter.statuses);
-    filter.limit = Some(SCAN_LIMIT);
+    let filter = store_filter(&query, &statuses)?;
     let scanned = api.state.engine.list(&reader()?, filter).await?;
     let complete = scanned.len() < SCAN_LIMIT as usize;
     let matching: Vec<&TaskRecord> = scanned.iter().filter(|t| query.keeps(t)).collect();
@@ -196,13 +207,29 @@ pub(crate) async fn list(
     for task in &matching {
         *counts.entry(task.status.as_str()).or_insert(0u64) += 1;
     }
-    let views = matching
+    let mut selected: Vec<&TaskRecord> = matching
         .into_iter()
-        .filter(|t| wanted.is_empty() || wanted.contains(&t.status))
+        .filter(|t| statuses.is_empty() || statuses.contains(&t.status))
+        .collect();
+    if query.order.unwrap_or_default() == Order::Oldest {
+        selected.reverse();
+    }
+    let total = selected.len();
+    let offset = query.offset.unwrap_or(0);
+    let views = selected
+        .into_iter()
+        .skip(offset)
         .take(limit as usize)
         .map(task_view)
         .collect::<Result<Vec<_>, _>>()?;
-    let mut body = json!({ "tasks": views });
+    let end = offset.saturating_add(views.len());
+    let next_offset = (end < total).then_some(end);
+    let mut body = json!({
+        "tasks": views,
+        "total": total,
+        "next_offset": next_offset,
+        "complete": complete,
+    });
     if query.counts == Some(true) {
         body["counts"] = json!(counts);
         body["counts_complete"] = json!(complete);

@@ -1,8 +1,8 @@
 //! `GET /v1/tools` (the role × tool matrix of the agent-loop channel, or one role's tools) and
 //! `GET /v1/mcp/servers` (the configured MCP servers, their state, tools and last error): what
-//! the dashboard's "Tools and roles" page shows, and exactly what `mai-agent tools` prints —
-//! both read the engine's registry (`presented`, `names`) and count schema tokens with
-//! `mai_tools::budget`. Must not: decide what a role may use (the registry's gates do).
+//! the dashboard's "Tools and roles" page shows. The matrix is [`mai_tools::matrix`], the very
+//! function `mai-agent tools --json` prints. Must not: compute the matrix itself, or decide what
+//! a role may use (the registry's gates do).
 
 use axum::Json;
 use axum::extract::State;
@@ -10,10 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use mai_core::role::Role;
-use mai_core::tool::ToolRegistry;
 
 use super::Api;
-use super::error::{ApiError, QueryParams};
+use super::error::{ApiError, QueryParams, to_json};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,82 +21,22 @@ pub(crate) struct ToolsQuery {
     role: Option<String>,
 }
 
-/// The first sentence of a description: what a table has room for.
-fn summary(description: &str) -> &str {
-    description
-        .split(". ")
-        .next()
-        .unwrap_or_default()
-        .trim_end_matches('.')
-}
-
-/// What a role's tool schemas cost every round, in cl100k tokens.
-fn schema_tokens(registry: &ToolRegistry, role: Role) -> usize {
-    let specs: Vec<_> = registry.presented(role).iter().map(|t| t.spec()).collect();
-    mai_tools::budget::schema_tokens(&specs)
-}
-
 pub(crate) async fn list(
     State(api): State<Api>,
     QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let registry = api.state.engine.registry();
-    if let Some(role) = query.role.as_deref().map(str::trim) {
-        let role: Role = role.parse().map_err(|_| {
-            ApiError::bad_request(format!(
-                "role: `{role}` is not a role; give guest, user or admin"
-            ))
-        })?;
-        let tools: Vec<Value> = registry
-            .presented(role)
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name(),
-                    "visibility": t.visibility().as_str(),
-                    "min_role": t.min_role().as_str(),
-                    "description": summary(t.description()),
-                })
-            })
-            .collect();
-        return Ok(Json(json!({
-            "role": role.as_str(),
-            "tools": tools,
-            "schema_tokens": schema_tokens(registry, role),
-        })));
+    match query.role.as_deref().map(str::trim) {
+        Some(role) => {
+            let role: Role = role.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "role: `{role}` is not a role; give guest, user or admin"
+                ))
+            })?;
+            Ok(Json(to_json(&mai_tools::matrix::for_role(registry, role))?))
+        }
+        None => Ok(Json(to_json(&mai_tools::matrix::matrix(registry))?)),
     }
-    let names: Vec<(Role, std::sync::Arc<[String]>)> = Role::ALL
-        .iter()
-        .map(|role| (*role, registry.names(*role)))
-        .collect();
-    let tools: Vec<Value> = registry
-        .all()
-        .iter()
-        .map(|t| {
-            let roles: Vec<&str> = names
-                .iter()
-                .filter(|(_, names)| names.iter().any(|n| n == t.name()))
-                .map(|(role, _)| role.as_str())
-                .collect();
-            json!({
-                "name": t.name(),
-                "visibility": t.visibility().as_str(),
-                "min_role": t.min_role().as_str(),
-                "roles": roles,
-                "description": summary(t.description()),
-            })
-        })
-        .collect();
-    let tokens: serde_json::Map<String, Value> = Role::ALL
-        .iter()
-        .map(|role| {
-            (
-                role.as_str().to_owned(),
-                json!(schema_tokens(registry, *role)),
-            )
-        })
-        .collect();
-    Ok(Json(json!({ "tools": tools, "schema_tokens": tokens })))
 }
 
 /// Every configured MCP server: its state (`starting`, `ready`, `failed`, `restarting`,
