@@ -143,12 +143,13 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
                        "cron_expr": "0 18 * * *", "level": "instant"}),
         )
         .await;
-    instance
+    let weekly = instance
         .create(
             json!({"intent": "summarise the week", "title": "weekly summary",
                        "delay_seconds": 3600}),
         )
         .await;
+    let weekly = weekly["id"].as_str().unwrap();
     // Without a reload: the list follows the event stream.
     let rows = browser.wait_text("#task-rows", "weekly summary").await;
     assert!(rows.contains("water the plants"), "{rows}");
@@ -169,6 +170,21 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
         .wait_text("#schedule-rows", "water the plants")
         .await;
     browser.screenshot("schedules").await;
+
+    // A task waiting for its time pauses from here (its timer stops) and resumes to that time.
+    let pause = browser.find(&format!("#pause-{weekly}")).await;
+    pause.click().await.unwrap();
+    browser.wait_text("#schedule-rows", "paused").await;
+    assert_eq!(instance.task(weekly).await["status"], "paused");
+    browser
+        .find(&format!("#resume-{weekly}"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.wait_text("main", "resume done").await;
+    let resumed = instance.task(weekly).await;
+    assert_eq!(resumed["status"], "scheduled", "{resumed}");
     browser.close().await;
 }
 
