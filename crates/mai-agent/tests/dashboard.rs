@@ -263,6 +263,50 @@ async fn a_question_answered_on_the_waiting_page_resumes_the_task_and_the_log_na
 }
 
 #[tokio::test]
+async fn the_tasks_page_shows_every_task_a_page_at_a_time() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    // 205 tasks, over five chats (each chat holds at most 50 active tasks).
+    for n in 0..205 {
+        let response = instance
+            .api
+            .post(format!("{}/v1/tasks", instance.served.base))
+            .json(&json!({"intent": "later", "title": format!("errand {n}"),
+                          "delay_seconds": 3600, "platform": "test",
+                          "stream_id": format!("test:chat{}", n % 5)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+    }
+    logged_in(&browser, &instance, "").await;
+    browser.wait_text("#task-summary", "200 of 205 shown").await;
+    let more = browser.find("#more-tasks").await;
+    assert_eq!(more.text().await.unwrap(), "Show 5 more");
+    more.click().await.unwrap();
+    browser.wait_text("#task-summary", "205 of 205 shown").await;
+    let shown = browser
+        .client
+        .execute(
+            "return {rows: document.querySelectorAll('#task-rows tr').length,
+                     oldest: document.querySelector('#task-rows tr:last-child').innerText,
+                     more: document.getElementById('more-tasks') !== null}",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(shown["rows"], 205, "{shown}");
+    assert!(
+        shown["oldest"].as_str().unwrap().contains("errand 0"),
+        "{shown}"
+    );
+    assert_eq!(shown["more"], false, "{shown}");
+    browser.close().await;
+}
+
+#[tokio::test]
 async fn cancelling_on_the_detail_page_cancels_the_task() {
     let instance = instance().await;
     let Some(browser) = Browser::start(1280, 860, false).await else {
