@@ -5,7 +5,8 @@
 //! [`Browser::start`] returns `None` after a SKIP line when they are missing — or, under
 //! `CI=true`, panics (see `testing/peers.rs`): CI proves the real thing. Each browser gets a fresh
 //! profile directory and the flags a headless Chromium needs as root and offline (no sandbox as
-//! root, no background networking, updates, sync or QUIC). Screenshots go to
+//! root, no background networking, updates, sync or QUIC); [`Browser::start_phone`] emulates a
+//! phone with Chromium's mobile emulation. Screenshots go to
 //! `<target>/tmp/dashboard-screenshots/`, and also to `docs/img/` when
 //! `MAI_UPDATE_DOC_SCREENSHOTS=1`.
 #![allow(dead_code)]

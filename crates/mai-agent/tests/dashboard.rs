@@ -1,9 +1,12 @@
 //! The web dashboard in a real browser: a headless Chromium (Debian's, installed by
 //! `testing/browser/setup.sh`) driven over WebDriver against a real `mai-agent serve` on loopback
 //! with the fake model. It logs in with the token, sees a task created through the API appear
-//! live, answers a question from the waiting page (the task resumes, the status log names the
-//! dashboard), cancels from the detail page, shows an intent full of HTML as inert text, and its
-//! role × tool matrix is what `mai-agent tools` prints. Each page is saved as a screenshot
+//! live, pauses and resumes a scheduled task, pages through 205 tasks, answers a question from
+//! the waiting page (the task resumes, the status log names the dashboard) — an answer being
+//! typed keeps its text and focus while the list updates — re-reads its list after `serve`
+//! restarts, throttles live reloads, cancels from the detail page, shows an intent full of HTML
+//! as inert text, works on an emulated phone in the dark theme by keyboard, and its role × tool
+//! matrix is what `mai-agent tools` prints. Each page is saved as a screenshot
 //! (`<target>/tmp/dashboard-screenshots/`; `MAI_UPDATE_DOC_SCREENSHOTS=1` refreshes `docs/img/`).
 //!
 //! Without Chromium each test prints SKIP; under `CI=true` it fails.
