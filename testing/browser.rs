@@ -5,7 +5,8 @@
 //! [`Browser::start`] returns `None` after a SKIP line when they are missing — or, under
 //! `CI=true`, panics (see `testing/peers.rs`): CI proves the real thing. Each browser gets a fresh
 //! profile directory and the flags a headless Chromium needs as root and offline (no sandbox as
-//! root, no background networking, updates, sync or QUIC). Screenshots go to
+//! root, no background networking, updates, sync or QUIC); [`Browser::start_phone`] emulates a
+//! phone with Chromium's mobile emulation. Screenshots go to
 //! `<target>/tmp/dashboard-screenshots/`, and also to `docs/img/` when
 //! `MAI_UPDATE_DOC_SCREENSHOTS=1`.
 #![allow(dead_code)]
@@ -54,6 +55,24 @@ impl Browser {
     /// A fresh browser with a window of `width` × `height` CSS pixels; `dark` asks for the dark
     /// system theme. `None` (after SKIP) when Chromium is missing outside CI.
     pub async fn start(width: u32, height: u32, dark: bool) -> Option<Browser> {
+        Browser::launch(width, height, dark, None).await
+    }
+
+    /// A fresh browser emulating a phone (Chromium's mobile emulation): a viewport of 390 × 844
+    /// CSS pixels at twice the density, a touch screen, the page's `viewport` meta honoured as a
+    /// phone does; `dark` asks for the dark system theme.
+    pub async fn start_phone(dark: bool) -> Option<Browser> {
+        let phone = json!({"deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 2.0,
+                                             "mobile": true, "touch": true}});
+        Browser::launch(390, 844, dark, Some(phone)).await
+    }
+
+    async fn launch(
+        width: u32,
+        height: u32,
+        dark: bool,
+        mobile: Option<serde_json::Value>,
+    ) -> Option<Browser> {
         let (chromium, driver_path) = match installed() {
             Ok(paths) => paths,
             Err(why) => {
@@ -74,33 +93,13 @@ impl Browser {
             .expect("chromedriver starts");
         let port = driver_port(&mut driver);
         let profile = tempfile::tempdir().unwrap();
-        let mut args = vec![
-            "--headless=new".to_owned(),
-            format!("--user-data-dir={}", profile.path().display()),
-            format!("--window-size={width},{height}"),
-            "--disable-background-networking".into(),
-            "--disable-component-update".into(),
-            "--disable-sync".into(),
-            "--no-first-run".into(),
-            "--disable-quic".into(),
-            "--disable-gpu".into(),
-            "--disable-dev-shm-usage".into(),
-            "--hide-scrollbars".into(),
-            // No crash handler: it would detach from the process group and outlive the test.
-            "--disable-breakpad".into(),
-            "--disable-crash-reporter".into(),
-        ];
-        if rustix::process::geteuid().is_root() {
-            args.push("--no-sandbox".into());
-        }
-        if dark {
-            args.push("--force-dark-mode".into());
+        let args = chromium_args(profile.path(), width, height, dark);
+        let mut options = json!({"binary": chromium, "args": args});
+        if let Some(mobile) = mobile {
+            options["mobileEmulation"] = mobile;
         }
         let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({"binary": chromium, "args": args}),
-        );
+        caps.insert("goog:chromeOptions".into(), options);
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
         let client = ClientBuilder::new(connector)
             .capabilities(caps)
@@ -195,6 +194,35 @@ impl Drop for Browser {
         }
         let _ = self.driver.wait();
     }
+}
+
+/// The flags a headless Chromium needs here: a fresh profile, the window size, nothing that
+/// reaches the network on its own, no sandbox as root (it cannot start otherwise), and the dark
+/// system theme when asked.
+fn chromium_args(profile: &Path, width: u32, height: u32, dark: bool) -> Vec<String> {
+    let mut args = vec![
+        "--headless=new".to_owned(),
+        format!("--user-data-dir={}", profile.display()),
+        format!("--window-size={width},{height}"),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--no-first-run".into(),
+        "--disable-quic".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--hide-scrollbars".into(),
+        // No crash handler: it would detach from the process group and outlive the test.
+        "--disable-breakpad".into(),
+        "--disable-crash-reporter".into(),
+    ];
+    if rustix::process::geteuid().is_root() {
+        args.push("--no-sandbox".into());
+    }
+    if dark {
+        args.push("--force-dark-mode".into());
+    }
+    args
 }
 
 /// The port chromedriver says it listens on ("… started successfully on port 41235.").

@@ -1,9 +1,12 @@
 //! The web dashboard in a real browser: a headless Chromium (Debian's, installed by
 //! `testing/browser/setup.sh`) driven over WebDriver against a real `mai-agent serve` on loopback
 //! with the fake model. It logs in with the token, sees a task created through the API appear
-//! live, answers a question from the waiting page (the task resumes, the status log names the
-//! dashboard), cancels from the detail page, shows an intent full of HTML as inert text, and its
-//! role × tool matrix is what `mai-agent tools` prints. Each page is saved as a screenshot
+//! live, pauses and resumes a scheduled task, pages through 205 tasks, answers a question from
+//! the waiting page (the task resumes, the status log names the dashboard) — an answer being
+//! typed keeps its text and focus while the list updates — re-reads its list after `serve`
+//! restarts, throttles live reloads, cancels from the detail page, shows an intent full of HTML
+//! as inert text, works on an emulated phone in the dark theme by keyboard, and its role × tool
+//! matrix is what `mai-agent tools` prints. Each page is saved as a screenshot
 //! (`<target>/tmp/dashboard-screenshots/`; `MAI_UPDATE_DOC_SCREENSHOTS=1` refreshes `docs/img/`).
 //!
 //! Without Chromium each test prints SKIP; under `CI=true` it fails.
@@ -143,12 +146,13 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
                        "cron_expr": "0 18 * * *", "level": "instant"}),
         )
         .await;
-    instance
+    let weekly = instance
         .create(
             json!({"intent": "summarise the week", "title": "weekly summary",
                        "delay_seconds": 3600}),
         )
         .await;
+    let weekly = weekly["id"].as_str().unwrap();
     // Without a reload: the list follows the event stream.
     let rows = browser.wait_text("#task-rows", "weekly summary").await;
     assert!(rows.contains("water the plants"), "{rows}");
@@ -169,6 +173,21 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
         .wait_text("#schedule-rows", "water the plants")
         .await;
     browser.screenshot("schedules").await;
+
+    // A task waiting for its time pauses from here (its timer stops) and resumes to that time.
+    let pause = browser.find(&format!("#pause-{weekly}")).await;
+    pause.click().await.unwrap();
+    browser.wait_text("#schedule-rows", "paused").await;
+    assert_eq!(instance.task(weekly).await["status"], "paused");
+    browser
+        .find(&format!("#resume-{weekly}"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.wait_text("main", "resume done").await;
+    let resumed = instance.task(weekly).await;
+    assert_eq!(resumed["status"], "scheduled", "{resumed}");
     browser.close().await;
 }
 
@@ -243,6 +262,50 @@ async fn a_question_answered_on_the_waiting_page_resumes_the_task_and_the_log_na
     browser.wait_text("#main", "last call").await;
     browser.find("#charts figure").await;
     browser.screenshot("health").await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn the_tasks_page_shows_every_task_a_page_at_a_time() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    // 205 tasks, over five chats (each chat holds at most 50 active tasks).
+    for n in 0..205 {
+        let response = instance
+            .api
+            .post(format!("{}/v1/tasks", instance.served.base))
+            .json(&json!({"intent": "later", "title": format!("errand {n}"),
+                          "delay_seconds": 3600, "platform": "test",
+                          "stream_id": format!("test:chat{}", n % 5)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+    }
+    logged_in(&browser, &instance, "").await;
+    browser.wait_text("#task-summary", "200 of 205 shown").await;
+    let more = browser.find("#more-tasks").await;
+    assert_eq!(more.text().await.unwrap(), "Show 5 more");
+    more.click().await.unwrap();
+    browser.wait_text("#task-summary", "205 of 205 shown").await;
+    let shown = browser
+        .client
+        .execute(
+            "return {rows: document.querySelectorAll('#task-rows tr').length,
+                     oldest: document.querySelector('#task-rows tr:last-child').innerText,
+                     more: document.getElementById('more-tasks') !== null}",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(shown["rows"], 205, "{shown}");
+    assert!(
+        shown["oldest"].as_str().unwrap().contains("errand 0"),
+        "{shown}"
+    );
+    assert_eq!(shown["more"], false, "{shown}");
     browser.close().await;
 }
 
@@ -332,6 +395,52 @@ async fn matrix_on_the_page(browser: &Browser) -> BTreeMap<String, Vec<String>> 
         .collect()
 }
 
+/// `mai-agent tools ARGS` on the instance's data directory, as JSON.
+fn tools_json(instance: &Instance, args: &[&str]) -> Value {
+    let out = std::process::Command::new(common::binary())
+        .arg("--data-dir")
+        .arg(instance._dir.path())
+        .env_remove("MAI_AGENT_CONFIG")
+        .arg("tools")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn mai_agent_tools_json_prints_exactly_what_get_v1_tools_answers() {
+    let instance = instance().await;
+    for (query, args) in [
+        ("", vec!["--json"]),
+        ("?role=user", vec!["--role", "user", "--json"]),
+        ("?role=guest", vec!["--role", "guest", "--json"]),
+    ] {
+        let answer: Value = instance
+            .api
+            .get(format!("{}/v1/tools{query}", instance.served.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let printed = tools_json(&instance, &args);
+        assert_eq!(
+            printed, answer,
+            "mai-agent tools {args:?} and GET /v1/tools{query}"
+        );
+        let first = &printed["tools"][0];
+        assert!(first["description"].is_string(), "{first}");
+        assert!(first["schema_tokens"].as_u64().unwrap() > 0, "{first}");
+    }
+}
+
 #[tokio::test]
 async fn the_role_tool_matrix_is_what_mai_agent_tools_prints() {
     let instance = instance().await;
@@ -342,19 +451,7 @@ async fn the_role_tool_matrix_is_what_mai_agent_tools_prints() {
     let shown = matrix_on_the_page(&browser).await;
     browser.screenshot("tools").await;
 
-    let out = std::process::Command::new(common::binary())
-        .arg("--data-dir")
-        .arg(instance._dir.path())
-        .env_remove("MAI_AGENT_CONFIG")
-        .args(["tools", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let printed = tools_json(&instance, &["--json"]);
     let printed: BTreeMap<String, Vec<String>> = printed["tools"]
         .as_array()
         .unwrap()
@@ -380,10 +477,30 @@ async fn the_role_tool_matrix_is_what_mai_agent_tools_prints() {
     browser.close().await;
 }
 
+/// What a phone shows of the page: its viewport width, how far the page sticks out sideways, and
+/// how light (0 black … 1 white) the page's background and text and a table cell's text are.
+async fn phone_view(browser: &Browser) -> Value {
+    browser
+        .client
+        .execute(
+            "const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number);
+             const light = (c) => { const [r, g, b] = rgb(c); return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; };
+             const body = getComputedStyle(document.body);
+             const cell = document.querySelector('main td');
+             return {width: innerWidth,
+                     sideways: document.documentElement.scrollWidth - innerWidth,
+                     background: light(body.backgroundColor), text: light(body.color),
+                     cell: cell ? light(getComputedStyle(cell).color) : null};",
+            vec![],
+        )
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
     let instance = instance().await;
-    let Some(browser) = Browser::start(390, 844, true).await else {
+    let Some(browser) = Browser::start_phone(true).await else {
         return;
     };
     instance
@@ -394,21 +511,34 @@ async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
         .await;
     logged_in(&browser, &instance, "").await;
     browser.wait_text("#task-rows", "stretch").await;
-    let theme = browser
+    // A phone's 390 px, nothing scrolling sideways, and really dark: light text on a dark page.
+    let view = phone_view(&browser).await;
+    assert_eq!(view["width"], 390, "{view}");
+    assert!(view["sideways"].as_f64().unwrap() <= 0.0, "{view}");
+    assert!(view["background"].as_f64().unwrap() < 0.2, "{view}");
+    assert!(view["text"].as_f64().unwrap() > 0.7, "{view}");
+    assert!(view["cell"].as_f64().unwrap() > 0.5, "{view}");
+    browser.screenshot("phone-dark").await;
+
+    // The skip link moves the keyboard focus to the content, and stays on the page.
+    browser
+        .client
+        .execute("document.querySelector('.skip').focus()", vec![])
+        .await
+        .unwrap();
+    let skip = browser.client.active_element().await.unwrap();
+    skip.send_keys(&Key::Enter.to_string()).await.unwrap();
+    let after = browser
         .client
         .execute(
-            "return matchMedia('(prefers-color-scheme: dark)').matches
-                    && matchMedia('(max-width: 720px)').matches
-                    && document.documentElement.scrollWidth <= innerWidth",
+            "return {focused: document.activeElement.id, hash: location.hash}",
             vec![],
         )
         .await
         .unwrap();
-    assert_eq!(
-        theme, true,
-        "dark theme and no sideways scrolling at 390 px"
-    );
-    browser.screenshot("phone-dark").await;
+    assert_eq!(after["focused"], "main", "{after}");
+    assert_ne!(after["hash"], "#main", "{after}");
+    browser.wait_text("#task-rows", "stretch").await;
 
     // From the skip link at the top, Tab walks the pages' links in order and Enter opens one.
     browser
@@ -441,5 +571,153 @@ async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
         .await
         .unwrap();
     assert_eq!(current.text().await.unwrap(), "Schedules");
+    let view = phone_view(&browser).await;
+    assert!(
+        view["sideways"].as_f64().unwrap() <= 0.0,
+        "schedules: {view}"
+    );
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_live() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let mut stream = SseReader::new(events(&instance.api, &instance.served.base).await);
+    let first = instance
+        .create(json!({"intent": "paint the fence", "title": "paint the fence"}))
+        .await;
+    let first = first["id"].as_str().unwrap().to_owned();
+    stream
+        .wait_status(&first, "waiting_input", "the first question")
+        .await;
+    logged_in(&browser, &instance, "#/waiting").await;
+    browser.wait_text("#waiting-list", "paint the fence").await;
+    let field = browser.find(&format!("#answer-{first}")).await;
+    field.send_keys("dark gre").await.unwrap();
+
+    // Another task starts waiting: the list is read and drawn again under the person's hands.
+    let second = instance
+        .create(json!({"intent": "paint the shed", "title": "paint the shed"}))
+        .await;
+    let second = second["id"].as_str().unwrap().to_owned();
+    stream
+        .wait_status(&second, "waiting_input", "the second question")
+        .await;
+    browser.wait_text("#waiting-list", "paint the shed").await;
+    let kept = browser
+        .client
+        .execute(
+            "const field = document.getElementById(arguments[0]);
+             return {text: field.value, focused: document.activeElement === field,
+                     caret: field.selectionStart};",
+            vec![json!(format!("answer-{first}"))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        json!({"text": "dark gre", "focused": true, "caret": 8}),
+        "the typed answer and the focus survive the update"
+    );
+    // Typing goes on where it stopped, and the answer sent is the whole of it.
+    browser
+        .client
+        .active_element()
+        .await
+        .unwrap()
+        .send_keys("en")
+        .await
+        .unwrap();
+    browser
+        .find(&format!("#send-{first}"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    stream.wait_status(&first, "completed", "the answer").await;
+    let record = instance.task(&first).await;
+    assert_eq!(record["metadata"]["answer"], "painted it dark green");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn live_updates_are_throttled_to_one_refresh_per_pause_with_the_last_call_kept() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    logged_in(&browser, &instance, "").await;
+    // dom.js's throttle, as every page uses it for event-driven reloads: the first call runs at
+    // once, a burst during the pause folds into one trailing run, and a call right after that
+    // run waits for the next pause instead of running again at once.
+    let runs = browser
+        .client
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             import('/ui/dom.js').then(({ throttle }) => {
+               const seen = [];
+               let runs = 0;
+               const refresh = throttle(() => {
+                 runs += 1;
+                 if (runs === 2) { refresh(); seen.push(runs); }
+                 if (runs === 3) { seen.push(runs); done(seen); }
+               }, 200);
+               refresh();
+               seen.push(runs);
+               for (let i = 0; i < 20; i += 1) refresh();
+               seen.push(runs);
+             });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs, json!([1, 1, 2, 3]));
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn after_the_event_stream_reconnects_the_page_reads_its_tasks_again() {
+    let mut instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let task = instance
+        .create(json!({"intent": "tidy the archive", "title": "tidy", "delay_seconds": 3600}))
+        .await;
+    let id = task["id"].as_str().unwrap().to_owned();
+    logged_in(&browser, &instance, "").await;
+    browser.wait_text("#task-rows", "tidy").await;
+    browser.wait_text("#live", "live").await;
+
+    // `serve` stops; meanwhile the task is cancelled from the command line, straight in the
+    // store — no event will ever tell the page.
+    instance.served.terminate();
+    browser.wait_text("#live", "reconnecting").await;
+    let out = common::mai(instance._dir.path(), &instance._model)
+        .args(["task", "cancel", &id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Back on the same address: the page reconnects and reads its list again.
+    let address = instance
+        .served
+        .base
+        .trim_start_matches("http://")
+        .to_owned();
+    let mut command = common::mai(instance._dir.path(), &instance._model);
+    command
+        .env("MAI_AGENT__SERVER__AUTH_TOKEN", TOKEN)
+        .args(["serve", "--listen", &address]);
+    instance.served = Served::start(command);
+    browser.wait_text("#live", "live").await;
+    let rows = browser.wait_text("#task-rows", "cancelled").await;
+    assert!(rows.contains("tidy"), "{rows}");
     browser.close().await;
 }

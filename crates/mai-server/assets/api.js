@@ -51,6 +51,21 @@ export async function api(path, { method = 'GET', body, ok = [] } = {}) {
   return data;
 }
 
+/** Every task `GET /v1/tasks?{query}` matches, reading page after page (`next_offset`). */
+export async function allTasks(query) {
+  const tasks = [];
+  let offset = 0;
+  while (offset !== null) {
+    const q = new URLSearchParams(query);
+    q.set('limit', '500');
+    q.set('offset', String(offset));
+    const page = await api(`/v1/tasks?${q}`);
+    tasks.push(...page.tasks);
+    offset = page.next_offset ?? null;
+  }
+  return tasks;
+}
+
 /** Reads `GET /v1/events` until `signal` aborts, calling `onEvent(name, data)` for each event and
  *  `onState('live' | 'reconnecting' | 'lagged')`; reconnects with a growing pause. */
 export async function follow(onEvent, onState, signal) {

@@ -2,11 +2,14 @@
 // answer its question) and the timeline of its whole life — status changes with actor and
 // reason, each round (the model's text, each tool call with its arguments, result and duration,
 // sub-agent calls nested under their round), questions and answers, injected instructions, the
-// reply parts sent — and its usage and cost when the server records them. It reloads when one
-// of the task's events arrives; the latest live event shows above the timeline.
+// reply parts sent — and its usage and cost when the server records them. It reloads (at most
+// twice a second) when one of its events, or one of the tasks it made, arrives — a `created`
+// event naming it as the parent included — and after missed events; what a person types into
+// the answer and inject boxes, and the focus, survive the reload. The latest live event shows
+// above the timeline.
 
 import { api, failed } from './api.js';
-import { h, put, badge, when, relative, taskLink, triggerText, notice, debounce } from './dom.js';
+import { h, put, putKeeping, badge, when, relative, taskLink, triggerText, notice, throttle } from './dom.js';
 
 const SUBAGENT_TOOLS = ['ask_subagent', 'ask_subagents'];
 
@@ -47,13 +50,15 @@ export function render(main, id) {
     try {
       const answer = await api(`/v1/tasks/${encodeURIComponent(task.id)}/${path}`, { method: 'POST', body });
       put(messages, notice(done(answer), 'ok'));
+      // Sent: the boxes start empty again (a reload keeps only what is still being typed).
+      for (const box of controls.querySelectorAll('textarea')) box.value = '';
       await load();
     } catch (error) {
       failed(error, messages);
     }
   }
 
-  const reload = debounce(load, 150);
+  const reload = throttle(load, 500);
   load();
   return {
     onEvent(name, data) {
@@ -61,10 +66,12 @@ export function render(main, id) {
       if (data.task_id === task.id) {
         now.textContent = liveText(name, data);
         reload();
-      } else if (children.has(data.task_id) || (name === 'created' && task.status !== 'scheduled')) {
+      } else if (children.has(data.task_id) || (name === 'created' && data.parent_task_id === task.id)) {
         reload();
       }
     },
+    resync: reload,
+    dispose: reload.cancel,
   };
 }
 
@@ -127,8 +134,8 @@ function showControls(controls, task, act) {
       }
       act('cancel', undefined, (a) => (a.stopping ? 'Stopping at its next step…' : 'Cancelled.'));
     }),
-    button('Pause', 'pause', ['pending', 'running', 'waiting_input'].includes(s), () => act('pause', undefined, (a) => (a.stopping ? 'Pausing at its next step…' : 'Paused.'))),
-    button('Resume', 'resume', s === 'paused', () => act('resume', undefined, () => 'Resumed: queued again.')))];
+    button('Pause', 'pause', ['scheduled', 'pending', 'running', 'waiting_input'].includes(s), () => act('pause', undefined, (a) => (a.stopping ? 'Pausing at its next step…' : 'Paused.'))),
+    button('Resume', 'resume', s === 'paused', () => act('resume', undefined, (a) => (a.task.status === 'scheduled' ? 'Resumed: it waits for its time again.' : 'Resumed: queued again.'))))];
   const question = task.metadata?.waiting?.question;
   if (s === 'waiting_input' && question) {
     const text = h('textarea', { id: 'answer-text', rows: 2, required: true, maxlength: 8000 });
@@ -147,7 +154,7 @@ function showControls(controls, task, act) {
     } },
     h('label', { for: 'inject-text' }, 'Add an instruction'), text, h('button', { type: 'submit', id: 'inject' }, 'Inject')));
   }
-  put(controls, parts);
+  putKeeping(controls, parts);
 }
 
 /** Usage and cost, when the server records them (`usage` in `GET /v1/tasks/{id}`): every

@@ -40,6 +40,43 @@ export function put(el, ...children) {
   return el;
 }
 
+/** Replaces everything inside `el` like `put`, for content rebuilt by live updates while a
+ *  person may be typing in it: what was typed into its fields (inputs, text areas, selects with
+ *  an id) goes into the new fields with the same id, and the element that had the focus (by its
+ *  id) gets it back, caret included; an opened `<details>` with an id stays open. Fields and
+ *  controls that must survive need stable ids. */
+export function putKeeping(el, ...children) {
+  const typed = new Map();
+  for (const field of el.querySelectorAll('input[id], textarea[id], select[id]')) {
+    if (field.value !== '') {
+      typed.set(field.id, { value: field.value, start: field.selectionStart, end: field.selectionEnd });
+    }
+  }
+  const open = [...el.querySelectorAll('details[id][open]')].map((d) => d.id);
+  const active = document.activeElement;
+  const focused = active && active !== el && el.contains(active) && active.id ? active.id : null;
+  put(el, ...children);
+  const inside = (id) => {
+    const found = document.getElementById(id);
+    return found && el.contains(found) ? found : null;
+  };
+  for (const [id, was] of typed) {
+    const field = inside(id);
+    if (!field || field.disabled) continue;
+    field.value = was.value;
+    if (typeof was.start === 'number' && typeof field.setSelectionRange === 'function') {
+      try {
+        field.setSelectionRange(was.start, was.end);
+      } catch {
+        // a field without a caret (a select, a number input)
+      }
+    }
+  }
+  for (const id of open) inside(id)?.setAttribute('open', '');
+  if (focused) inside(focused)?.focus({ preventScroll: true });
+  return el;
+}
+
 const SVG = 'http://www.w3.org/2000/svg';
 
 /** An SVG element with numeric/fixed attributes (charts only: never text from a task). */
@@ -98,11 +135,35 @@ export function notice(text, kind = 'info') {
   return h('p', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text);
 }
 
-/** Calls `fn` at most once per `ms` (trailing), for reloads triggered by bursts of events. */
+/** Calls `fn` once `ms` have passed without another call (typing in a search box). */
 export function debounce(fn, ms = 250) {
   let timer = null;
   return (...args) => {
     clearTimeout(timer);
     timer = setTimeout(() => fn(...args), ms);
   };
+}
+
+/** Runs `fn` at most once per `ms`, for reloads triggered by events: the first call runs at
+ *  once; calls during the following `ms` fold into one trailing run at its end, so a steady
+ *  stream of events refreshes the page every `ms` — never more often, and never starved. */
+export function throttle(fn, ms = 500) {
+  let last = -Infinity;
+  let timer = null;
+  const run = () => {
+    timer = null;
+    last = Date.now();
+    fn();
+  };
+  const throttled = () => {
+    if (timer !== null) return;
+    const wait = last + ms - Date.now();
+    if (wait <= 0) run();
+    else timer = setTimeout(run, wait);
+  };
+  throttled.cancel = () => {
+    clearTimeout(timer);
+    timer = null;
+  };
+  return throttled;
 }

@@ -1,11 +1,14 @@
 // Health: the instance and the state of each part (store, model, channels, MaiBot bridge), and
 // small charts of the queue depth, running tasks, tasks finished per minute, model latency and
 // model error rate. Their history comes from `GET /v1/health/history`: samples the server takes
-// every 10 seconds and keeps in memory for an hour (it starts empty when `serve` starts); rates
-// are the differences between two samples. The page refreshes every 10 seconds while open.
+// every 10 seconds of its own metrics (`mai_tasks`, `mai_tasks_finished_total`, the model
+// metering) and keeps in memory for an hour (it starts empty when `serve` starts); rates are the
+// differences between two samples. The page counts nothing itself from events: it reads the
+// whole history again every 10 seconds while open, and at once after a reconnect or missed
+// events, so it never drifts.
 
 import { api, failed } from './api.js';
-import { h, put, when } from './dom.js';
+import { h, put, when, throttle } from './dom.js';
 import { lineChart } from './charts.js';
 
 export function render(main) {
@@ -13,7 +16,7 @@ export function render(main) {
   const charts = h('div', { class: 'charts', id: 'charts' });
   const messages = h('div');
   put(main, h('h1', {}, 'Health'), messages, parts, h('h2', {}, 'The last hour'),
-    h('p', { class: 'muted' }, 'Sampled by the server every 10 s and kept in memory for an hour (since this serve started).'),
+    h('p', { class: 'muted' }, 'Sampled by the server from its metrics every 10 s and kept in memory for an hour (since this serve started).'),
     charts);
 
   async function load() {
@@ -30,9 +33,16 @@ export function render(main) {
     }
   }
 
-  load();
-  const timer = setInterval(load, 10000);
-  return { dispose: () => clearInterval(timer) };
+  const reload = throttle(load, 1000);
+  reload();
+  const timer = setInterval(reload, 10000);
+  return {
+    resync: reload,
+    dispose: () => {
+      clearInterval(timer);
+      reload.cancel();
+    },
+  };
 }
 
 function instance(report) {

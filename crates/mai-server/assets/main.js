@@ -1,9 +1,11 @@
 // The dashboard's shell: login (when the server has an auth token), the page router (the part
-// of the URL after `#`), the navigation, and one live event stream shared by every page. Each
-// page module exports `render(main, context)` and returns `{ onEvent(name, data), dispose() }`.
+// of the URL after `#`), the navigation, the skip link, and one live event stream shared by
+// every page. Each page module exports `render(main, context)` and returns `{ onEvent(name,
+// data), resync(), dispose() }`: `resync` re-reads the page's data whenever the stream
+// (re)connects or reports missed events (`lagged`), since events are not replayed.
 
 import { api, follow, token, AuthError } from './api.js';
-import { h, put, notice } from './dom.js';
+import { h, put, notice, throttle } from './dom.js';
 import * as tasks from './tasks.js';
 import * as detail from './detail.js';
 import * as waiting from './waiting.js';
@@ -16,6 +18,7 @@ const nav = document.getElementById('nav');
 const live = document.getElementById('live');
 const logout = document.getElementById('logout');
 const waitingCount = document.getElementById('waiting-count');
+const skip = document.querySelector('.skip');
 
 let page = null;
 let stream = null;
@@ -48,10 +51,10 @@ function route() {
   put(main, h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/tasks' }, 'Back to the tasks')));
 }
 
-async function refreshWaitingCount() {
+async function countWaiting() {
   try {
-    const list = await api('/v1/tasks?status=waiting_input&limit=500');
-    const n = list.tasks.length;
+    const list = await api('/v1/tasks?status=waiting_input&limit=1');
+    const n = list.total;
     waitingCount.hidden = n === 0;
     waitingCount.textContent = String(n);
   } catch {
@@ -59,18 +62,33 @@ async function refreshWaitingCount() {
   }
 }
 
+const refreshWaitingCount = throttle(countWaiting, 500);
+
+/** Events missed (a reconnect, a `lagged` report): the waiting count and the page read their
+ *  data again instead of trusting what they had. */
+function resync() {
+  refreshWaitingCount();
+  page?.resync?.();
+}
+
 function startEvents() {
   stream?.abort();
   stream = new AbortController();
+  let was = null;
   const setState = (state) => {
-    live.textContent = state === 'live' ? '● live' : state === 'lagged' ? '● resyncing' : '○ reconnecting…';
-    live.dataset.state = state;
-  };
-  follow((name, data) => {
-    if (name === 'lagged') {
-      route();
+    // What happened while there was no stream, or what it dropped, is not replayed. (The first
+    // connection needs no resync: the page reads its data as it opens.)
+    if (state === 'lagged') {
+      resync();
       return;
     }
+    live.textContent = state === 'live' ? '● live' : '○ reconnecting…';
+    live.dataset.state = state;
+    if (state === 'live' && was === 'reconnecting') resync();
+    was = state;
+  };
+  follow((name, data) => {
+    if (name === 'lagged') return; // onState('lagged') resyncs
     if (name === 'status' || name === 'created') refreshWaitingCount();
     page?.onEvent?.(name, data);
   }, setState, stream.signal).catch((error) => {
@@ -122,6 +140,12 @@ function start() {
   route();
 }
 
+// The skip link moves the keyboard focus to the page's content (its href alone would change the
+// route, and focus would stay at the top).
+skip.addEventListener('click', (event) => {
+  event.preventDefault();
+  main.focus();
+});
 window.addEventListener('mai-auth-refused', () => showLogin('The token was refused; type it again.'));
 logout.addEventListener('click', () => {
   token.clear();

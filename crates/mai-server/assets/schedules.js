@@ -1,9 +1,11 @@
 // Schedules: delayed and cron tasks that are still active, the next fire time in the viewer's
-// time zone, the last run and how it ended (from the status log), and pause (while it runs or
-// waits for an answer: a task waiting for its time is cancelled, not paused), resume and cancel.
+// time zone, the last run and how it ended (from the status log), and pause, resume and cancel.
+// Pausing a task that waits for its time stops its timer; resumed, it waits for that time again
+// (or runs at once when the time passed meanwhile). The list reloads (at most twice a second)
+// on status changes and new tasks, and after missed events.
 
-import { api, failed } from './api.js';
-import { h, put, badge, when, relative, taskLink, triggerText, zone, notice, debounce } from './dom.js';
+import { api, allTasks, failed } from './api.js';
+import { h, put, putKeeping, badge, when, relative, taskLink, triggerText, zone, notice, throttle } from './dom.js';
 
 const ACTIVE = 'scheduled,pending,running,waiting_input,paused';
 
@@ -11,7 +13,7 @@ export function render(main) {
   const body = h('tbody', { id: 'schedule-rows' });
   const messages = h('div');
   put(main, h('h1', {}, 'Schedules'),
-    h('p', { class: 'muted' }, `Delayed and recurring (cron) tasks. Times are in your time zone, ${zone()}. A task waiting for its time cannot be paused (cancel it); one that runs or waits for an answer can.`),
+    h('p', { class: 'muted' }, `Delayed and recurring (cron) tasks. Times are in your time zone, ${zone()}. A paused task does not fire; resumed, it waits for its next run again, or runs at once if that time has passed.`),
     messages,
     h('div', { class: 'table-wrap' }, h('table', {},
       h('thead', {}, h('tr', {}, ['Task', 'Trigger', 'Status', 'Next run', 'Runs', 'Last run', ''].map((c) => h('th', { scope: 'col' }, c)))),
@@ -19,10 +21,10 @@ export function render(main) {
 
   async function load() {
     try {
-      const { tasks } = await api(`/v1/tasks?status=${ACTIVE}&limit=500`);
+      const tasks = await allTasks({ status: ACTIVE });
       const scheduled = tasks.filter((t) => t.trigger && t.trigger.kind !== 'now');
       scheduled.sort((a, b) => new Date(a.scheduled_at || 0) - new Date(b.scheduled_at || 0));
-      put(body, scheduled.length ? scheduled.map((t) => row(t, act))
+      putKeeping(body, scheduled.length ? scheduled.map((t) => row(t, act))
         : h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'Nothing is scheduled.')));
     } catch (error) {
       failed(error, put(messages));
@@ -40,12 +42,14 @@ export function render(main) {
     }
   }
 
-  const reload = debounce(load, 200);
+  const reload = throttle(load, 500);
   load();
   return {
     onEvent(name) {
       if (name === 'status' || name === 'created') reload();
     },
+    resync: reload,
+    dispose: reload.cancel,
   };
 }
 
@@ -61,16 +65,20 @@ function lastRun(task) {
 function row(task, act) {
   const last = lastRun(task);
   const s = task.status;
-  const button = (label, what, enabled) => h('button', { type: 'button', class: 'small', disabled: !enabled, onclick: () => act(task, what) }, label);
+  const button = (label, what, enabled) => h('button', {
+    type: 'button', class: 'small', id: `${what}-${task.id}`, disabled: !enabled, onclick: () => act(task, what),
+  }, label);
+  // A paused task's time, when it will wait for it again on resume.
+  const due = s === 'scheduled' || (s === 'paused' && new Date(task.scheduled_at) > Date.now());
   return h('tr', {},
     h('td', { 'data-label': 'Task' }, taskLink(task), h('small', { class: 'id' }, task.short_id)),
     h('td', { 'data-label': 'Trigger' }, triggerText(task.trigger)),
     h('td', { 'data-label': 'Status' }, badge(s)),
-    h('td', { 'data-label': 'Next run' }, s === 'scheduled' ? [when(task.scheduled_at), h('small', { class: 'muted' }, ` ${relative(task.scheduled_at)}`)] : '—'),
+    h('td', { 'data-label': 'Next run' }, due ? [when(task.scheduled_at), h('small', { class: 'muted' }, ` ${relative(task.scheduled_at)}${s === 'paused' ? ', paused' : ''}`)] : '—'),
     h('td', { 'data-label': 'Runs' }, String(task.metadata?.cron_runs || 0)),
     h('td', { 'data-label': 'Last run' }, last ? [when(last.at), ' ', badge(last.status)] : 'not yet'),
     h('td', { class: 'actions' },
-      button('Pause', 'pause', ['pending', 'running', 'waiting_input'].includes(s)),
+      button('Pause', 'pause', ['scheduled', 'pending', 'running', 'waiting_input'].includes(s)),
       button('Resume', 'resume', s === 'paused'),
       button('Cancel', 'cancel', true)));
 }

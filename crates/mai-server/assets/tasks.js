@@ -1,9 +1,15 @@
 // Tasks: every task (scheduled ones included), newest first, with filters (status, owner,
-// stream, level, created between), counts per status, and a search by title or id prefix. The
-// list reloads itself when a task is created or changes state.
+// stream, level, created between), counts per status, and a search by title or id prefix. It
+// shows the newest 200 matching tasks and a "Show N more" button that reads the next pages
+// (`next_offset` of `GET /v1/tasks`) until every task is shown. The list reloads itself — at
+// most twice a second — when a task is created or changes state, and after missed events.
 
 import { api, failed } from './api.js';
-import { h, put, badge, when, taskLink, triggerText, debounce, zone } from './dom.js';
+import { h, put, putKeeping, badge, when, taskLink, triggerText, debounce, throttle, zone } from './dom.js';
+
+/** Tasks per page, and the most `GET /v1/tasks` gives in one answer. */
+const PAGE = 200;
+const MOST = 500;
 
 const STATUSES = ['scheduled', 'pending', 'running', 'waiting_input', 'paused', 'completed', 'failed', 'cancelled'];
 
@@ -22,15 +28,23 @@ export function render(main) {
   const body = h('tbody', { id: 'task-rows' });
   const messages = h('div');
   const summary = h('p', { class: 'muted', id: 'task-summary' });
+  const more = h('div', { class: 'more' });
+  // How many tasks the person asked to see ("Show N more" adds a page).
+  let wanted = PAGE;
 
-  const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); load(); } },
+  const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); fresh(); } },
     field('Status', status), field('Owner', owner), field('Stream', stream), field('Level', level),
     field(`Created from (${zone()})`, since), field('until', until), field('Search', search),
     h('div', { class: 'actions' },
       h('button', { type: 'submit' }, 'Filter'),
-      h('button', { type: 'button', class: 'quiet', onclick: () => { form.reset(); load(); } }, 'Clear')));
-  for (const input of [status, level, since, until]) input.addEventListener('change', () => load());
-  search.addEventListener('input', debounce(() => load(), 300));
+      h('button', { type: 'button', class: 'quiet', onclick: () => { form.reset(); fresh(); } }, 'Clear')));
+  // A new filter starts again from the first page.
+  const fresh = () => {
+    wanted = PAGE;
+    load();
+  };
+  for (const input of [status, level, since, until]) input.addEventListener('change', fresh);
+  search.addEventListener('input', debounce(fresh, 300));
 
   put(main,
     h('h1', {}, 'Tasks'),
@@ -39,27 +53,54 @@ export function render(main) {
       h('table', { class: 'tasks' },
         h('thead', {}, h('tr', {},
           ['Task', 'Status', 'Level', 'Owner', 'Stream', 'Trigger', 'Created', 'Next run'].map((c) => h('th', { scope: 'col' }, c)))),
-        body)));
+        body)),
+    more);
 
   let generation = 0;
+  function query() {
+    const q = new URLSearchParams({ counts: 'true' });
+    if (status.value) q.set('status', status.value);
+    if (owner.value.trim()) q.set('owner', owner.value.trim());
+    if (stream.value.trim()) q.set('stream_id', stream.value.trim());
+    if (level.value) q.set('level', level.value);
+    if (since.value) q.set('since', new Date(since.value).toISOString());
+    if (until.value) q.set('until', new Date(until.value).toISOString());
+    if (search.value.trim()) q.set('q', search.value.trim());
+    return q;
+  }
+
+  /** The first `wanted` matching tasks, page after page; the first answer's counts and total. */
+  async function fetchWanted() {
+    const tasks = [];
+    let first = null;
+    let offset = 0;
+    while (offset !== null && tasks.length < wanted) {
+      const q = query();
+      q.set('offset', String(offset));
+      q.set('limit', String(Math.min(MOST, wanted - tasks.length)));
+      const page = await api(`/v1/tasks?${q}`);
+      first ??= page;
+      tasks.push(...page.tasks);
+      offset = page.next_offset ?? null;
+    }
+    return { tasks, first, next: offset };
+  }
+
   async function load() {
     const mine = ++generation;
-    const query = new URLSearchParams({ limit: '200', counts: 'true' });
-    if (status.value) query.set('status', status.value);
-    if (owner.value.trim()) query.set('owner', owner.value.trim());
-    if (stream.value.trim()) query.set('stream_id', stream.value.trim());
-    if (level.value) query.set('level', level.value);
-    if (since.value) query.set('since', new Date(since.value).toISOString());
-    if (until.value) query.set('until', new Date(until.value).toISOString());
-    if (search.value.trim()) query.set('q', search.value.trim());
     try {
-      const list = await api(`/v1/tasks?${query}`);
+      const { tasks, first, next } = await fetchWanted();
       if (mine !== generation) return;
       put(messages);
-      showCounts(list.counts || {}, list.counts_complete);
-      put(summary, `${list.tasks.length} shown${list.tasks.length === 200 ? ' (the newest 200; filter to see others)' : ''}`);
-      put(body, list.tasks.length ? list.tasks.map(row)
+      showCounts(first.counts || {}, first.counts_complete);
+      put(summary, `${tasks.length} of ${first.total} shown${first.complete === false ? ' (the newest 10 000 are within reach; filter to see older ones)' : ''}`);
+      put(body, tasks.length ? tasks.map(row)
         : h('tr', {}, h('td', { colspan: 8, class: 'empty' }, 'No task matches.')));
+      const left = first.total - tasks.length;
+      putKeeping(more, next !== null && left > 0 ? h('button', {
+        type: 'button', id: 'more-tasks', class: 'quiet',
+        onclick: () => { wanted += PAGE; load(); },
+      }, `Show ${Math.min(PAGE, left)} more`) : null);
     } catch (error) {
       if (mine === generation) failed(error, put(messages));
     }
@@ -68,19 +109,21 @@ export function render(main) {
   function showCounts(byStatus, complete) {
     const total = Object.values(byStatus).reduce((a, b) => a + b, 0);
     const chip = (value, label, n) => h('button', {
-      type: 'button', class: 'chip', 'aria-pressed': String(status.value === value),
-      onclick: () => { status.value = value; load(); },
+      type: 'button', class: 'chip', id: `chip-${value || 'all'}`, 'aria-pressed': String(status.value === value),
+      onclick: () => { status.value = value; fresh(); },
     }, h('span', {}, label), h('b', {}, String(n)));
-    put(counts, chip('', 'all', total), STATUSES.map((s) => chip(s, s.replace('_', ' '), byStatus[s] || 0)),
+    putKeeping(counts, chip('', 'all', total), STATUSES.map((s) => chip(s, s.replace('_', ' '), byStatus[s] || 0)),
       complete === false ? h('span', { class: 'muted' }, '(counted over the newest 10 000)') : null);
   }
 
-  const reload = debounce(load, 200);
+  const reload = throttle(load, 500);
   load();
   return {
     onEvent(name) {
       if (name === 'created' || name === 'status') reload();
     },
+    resync: reload,
+    dispose: reload.cancel,
   };
 }
 

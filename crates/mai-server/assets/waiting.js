@@ -1,9 +1,12 @@
 // Waiting for people: every task in `waiting_input`, the longest-waiting first, with its
 // question, whom it waits for, the recent messages of its chat, and a form to answer it in place
 // (sent with `X-Mai-Client: dashboard`, so the resume's status-log line names the dashboard).
+// The list reloads (at most twice a second) as tasks start or stop waiting, and after missed
+// events; an answer being typed, and the focus, survive the reload (each box's id is its
+// task's).
 
-import { api, failed } from './api.js';
-import { h, put, when, relative, taskLink, notice, debounce } from './dom.js';
+import { api, allTasks, failed } from './api.js';
+import { h, put, putKeeping, when, relative, taskLink, notice, throttle } from './dom.js';
 
 export function render(main) {
   const list = h('div', { class: 'cards', id: 'waiting-list' });
@@ -14,30 +17,34 @@ export function render(main) {
 
   async function load() {
     try {
-      const { tasks } = await api('/v1/tasks?status=waiting_input&limit=500');
+      const tasks = await allTasks({ status: 'waiting_input', order: 'oldest' });
       const since = (t) => t.metadata?.waiting?.asked_at || t.updated_at;
       tasks.sort((a, b) => new Date(since(a)) - new Date(since(b)));
       put(messages);
-      put(list, tasks.length ? tasks.map((t) => card(t, since(t))) : h('p', { class: 'empty' }, 'Nobody is being waited for.'));
+      putKeeping(list, tasks.length ? tasks.map((t) => card(t, since(t))) : h('p', { class: 'empty' }, 'Nobody is being waited for.'));
     } catch (error) {
       failed(error, put(messages));
     }
   }
 
-  const reload = debounce(load, 200);
+  const reload = throttle(load, 500);
   load();
   return {
     onEvent(name) {
       if (name === 'status' || name === 'question' || name === 'created') reload();
     },
+    resync: reload,
+    dispose: reload.cancel,
   };
 }
 
 function card(task, since) {
   const chat = h('ol', { class: 'chat' }, h('li', { class: 'muted' }, 'loading the chat…'));
-  const text = h('textarea', { rows: 2, required: true, maxlength: 8000, 'aria-label': 'Answer' });
+  // Stays open across reloads once opened.
+  const details = h('details', { id: `chat-${task.id}` }, h('summary', {}, 'Recent messages in this chat'), chat);
+  const text = h('textarea', { id: `answer-${task.id}`, rows: 2, required: true, maxlength: 8000, 'aria-label': 'Answer' });
   const status = h('div');
-  const button = h('button', { type: 'submit' }, 'Answer');
+  const button = h('button', { type: 'submit', id: `send-${task.id}` }, 'Answer');
   const form = h('form', { class: 'answer', onsubmit: async (event) => {
     event.preventDefault();
     button.disabled = true;
@@ -56,7 +63,7 @@ function card(task, since) {
     h('h2', {}, taskLink(task), ' ', h('small', { class: 'id' }, task.short_id)),
     h('p', { class: 'muted' }, `waits for ${task.metadata?.requester || task.owner} in ${task.stream_id} since ${when(since)} (${relative(since)})`),
     h('p', { class: 'text question' }, task.metadata?.waiting?.question || '(no question recorded)'),
-    h('details', {}, h('summary', {}, 'Recent messages in this chat'), chat),
+    details,
     form);
 }
 

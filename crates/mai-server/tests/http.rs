@@ -984,7 +984,10 @@ fn the_route_table_of_the_http_api_doc_lists_every_route_the_router_serves() {
     let doc_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/http-api.md");
     let doc = std::fs::read_to_string(&doc_path).unwrap();
     let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| ")).collect();
-    for (method, path) in mai_server::http::routes() {
+    let served = mai_server::http::routes()
+        .into_iter()
+        .chain(mai_server::http::dashboard_routes());
+    for (method, path) in served {
         let row = format!("| {method} | `{path}` |");
         assert!(
             rows.iter().any(|r| r.starts_with(&row)),
@@ -1001,7 +1004,10 @@ async fn every_documented_route_is_served_and_mcp_sits_behind_the_guard() {
     let served = serve(&service, options).await;
     let (status, doc) = json_of(served.get("/openapi.json").send().await.unwrap()).await;
     assert_eq!(status, 200);
-    for (method, path) in mai_server::http::routes() {
+    let routes = mai_server::http::routes()
+        .into_iter()
+        .chain(mai_server::http::dashboard_routes());
+    for (method, path) in routes {
         let item = &doc["paths"][path][method.as_str().to_lowercase()];
         assert!(
             item.is_object(),

@@ -134,12 +134,21 @@ pub fn listener(
     })
 }
 
-/// Every `(method, path)` the router serves (path templates as in OpenAPI, `{id}`) — the API's
-/// and the dashboard's page and files — `/mcp` excluded (it is the MCP server's).
+/// Every `(method, path)` of the API the router serves (path templates as in OpenAPI, `{id}`),
+/// `/mcp` excluded (it is the MCP server's) and the dashboard's page and files too (see
+/// [`dashboard_routes`]: they need no token).
 pub fn routes() -> Vec<(Method, &'static str)> {
     route_table()
         .into_iter()
-        .chain(page_routes())
+        .map(|(method, path, _)| (method, path))
+        .collect()
+}
+
+/// The dashboard's `(method, path)`s — its page `/` and files `/ui/{name}` — documented in
+/// openapi.json like the API's, but open without the token.
+pub fn dashboard_routes() -> Vec<(Method, &'static str)> {
+    page_routes()
+        .into_iter()
         .map(|(method, path, _)| (method, path))
         .collect()
 }
@@ -294,8 +303,9 @@ mod tests {
                 }
             }
         }
-        for (method, path) in routes() {
-            let entry = (method.as_str().to_owned(), path.to_owned());
+        let served: Vec<_> = routes().into_iter().chain(dashboard_routes()).collect();
+        for (method, path) in &served {
+            let entry = (method.as_str().to_owned(), (*path).to_owned());
             assert!(
                 documented.contains(&entry),
                 "{entry:?} is not in openapi.json"
@@ -306,7 +316,7 @@ mod tests {
                 continue;
             }
             assert!(
-                routes()
+                served
                     .iter()
                     .any(|(m, p)| m.as_str() == method && p == path),
                 "openapi.json documents {method} {path}, which the router does not serve"
