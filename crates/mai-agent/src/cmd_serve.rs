@@ -13,6 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use mai_core::capabilities::McpProxy;
 use mai_core::clock::SystemClock;
+use mai_core::store::TaskStore;
 use mai_host::{IncomingMessage, OneBotChannel, OneBotHandle};
 use mai_mcp::McpManager;
 use mai_server::ServerState;
@@ -43,13 +44,14 @@ pub struct ServeArgs {
 pub async fn serve(settings: Settings, args: ServeArgs) -> Result<()> {
     let config = settings.config.clone();
     // One engine per data dir: a second `serve` refuses before it binds or opens anything.
-    let lock = InstanceLock::acquire(&settings.data_dir, "serve")?;
+    let mut lock = InstanceLock::acquire(&settings.data_dir, "serve")?;
+    lock.set_instance(mai_engine::instance_id(&config))?;
     // The same checks as `config check`: a config it refuses never starts serving.
     let findings = crate::preflight::check(&settings)?;
     // Bind before anything starts, so a taken port fails fast and changes nothing.
     let (listener, local) = bind(&config, args.listen).await?;
     lock.set_api(local)?;
-    let (state, mcp, store) = start_services(&settings).await?;
+    let (state, mcp, store) = start_services(&settings, lock.predecessor()).await?;
     let channels = Channels::start(&state, &config);
     let _reloader = match &settings.config_path {
         Some(path) => Some(crate::reload::watch(
@@ -157,8 +159,12 @@ fn check_exposure(server: &mai_core::config::ServerConfig, listen: SocketAddr) -
 
 /// Opens the store and the host, starts the engine and builds the planner tools: the state
 /// every front end serves from, the MCP client manager (for reloads and the stop) and the task
-/// store (for the retention job).
-async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpManager>, Store)> {
+/// store (for the retention job). `predecessor`: the instance that served this data directory
+/// before (gone: its leases are released).
+async fn start_services(
+    settings: &Settings,
+    predecessor: Option<&str>,
+) -> Result<(ServerState, Option<McpManager>, Store)> {
     let metrics = Metrics::new();
     let App {
         engine,
@@ -167,6 +173,14 @@ async fn start_services(settings: &Settings) -> Result<(ServerState, Option<McpM
         mcp,
         store,
     } = app::build_for_serve(settings, ModelChoice::Configured, &metrics).await?;
+    // The previous `serve` of this data directory is gone (its lock is ours): on a shared
+    // database its running tasks are adopted now rather than when their leases expire.
+    if let Some(previous) = predecessor.filter(|p| *p != engine.instance_id()) {
+        store
+            .release_leases(previous)
+            .await
+            .context("could not release the leases of this data directory's previous instance")?;
+    }
     // Before the start, so the tasks it resumes log their lives too.
     mai_server::task_log::follow(&engine);
     engine.start().await.context("could not start the engine")?;

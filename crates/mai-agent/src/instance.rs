@@ -33,6 +33,8 @@ pub struct Holder {
     pub command: String,
     /// The HTTP API of a `serve` (`127.0.0.1:8760`).
     pub api: Option<SocketAddr>,
+    /// The name the holder gives itself (`[server] instance_id`), once it wrote it.
+    pub instance: Option<String>,
 }
 
 impl Holder {
@@ -49,12 +51,14 @@ impl Holder {
             pid: None,
             command: "serve".into(),
             api: None,
+            instance: None,
         };
         for line in text.lines() {
             match line.split_once('=') {
                 Some(("pid", pid)) => holder.pid = pid.trim().parse().ok(),
                 Some(("command", command)) => holder.command = command.trim().to_owned(),
                 Some(("api", api)) => holder.api = api.trim().parse().ok(),
+                Some(("instance", name)) => holder.instance = Some(name.trim().to_owned()),
                 _ => {}
             }
         }
@@ -67,6 +71,10 @@ impl Holder {
 pub struct InstanceLock {
     file: File,
     command: &'static str,
+    /// The name this process gives itself, once set (see [`InstanceLock::set_instance`]).
+    instance: Option<String>,
+    /// The name the previous holder of this data directory wrote: that process is gone.
+    predecessor: Option<String>,
 }
 
 impl InstanceLock {
@@ -92,10 +100,30 @@ impl InstanceLock {
             }
             std::thread::sleep(RETRY);
         }
-        let lock = InstanceLock { file, command };
+        let predecessor = read_holder(&mut file).instance;
+        let lock = InstanceLock {
+            file,
+            command,
+            instance: None,
+            predecessor,
+        };
         lock.write(None)
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(lock)
+    }
+
+    /// Records the name this process gives itself (`[server] instance_id`) in the lock file, so
+    /// the next holder knows whose leases it may release.
+    pub fn set_instance(&mut self, instance: String) -> Result<()> {
+        self.instance = Some(instance);
+        self.write(None)
+            .context("cannot record the instance name in the lock file")
+    }
+
+    /// The name of the process that held this data directory before, now gone (it held the
+    /// lock); `None` when it wrote none.
+    pub fn predecessor(&self) -> Option<&str> {
+        self.predecessor.as_deref()
     }
 
     /// Records the address of this `serve`'s HTTP API in the lock file, for the CLI.
@@ -106,6 +134,9 @@ impl InstanceLock {
 
     fn write(&self, api: Option<SocketAddr>) -> std::io::Result<()> {
         let mut text = format!("pid={}\ncommand={}\n", std::process::id(), self.command);
+        if let Some(instance) = &self.instance {
+            text.push_str(&format!("instance={instance}\n"));
+        }
         if let Some(api) = api {
             text.push_str(&format!("api={api}\n"));
         }
@@ -218,5 +249,23 @@ mod tests {
         std::fs::write(data.path().join(LOCK_FILE), "pid=1\ncommand=serve\n").unwrap();
         assert_eq!(holder(data.path()).unwrap(), None);
         InstanceLock::acquire(data.path(), "serve").unwrap();
+    }
+
+    #[test]
+    fn the_next_holder_learns_the_name_of_the_instance_that_held_the_data_dir_before() {
+        let data = tempfile::tempdir().unwrap();
+        let mut first = InstanceLock::acquire(data.path(), "serve").unwrap();
+        assert_eq!(
+            first.predecessor(),
+            None,
+            "a fresh data directory had nobody"
+        );
+        first.set_instance("box-41".to_owned()).unwrap();
+        first.set_api("127.0.0.1:8760".parse().unwrap()).unwrap();
+        let holder = holder(data.path()).unwrap().unwrap();
+        assert_eq!(holder.instance.as_deref(), Some("box-41"));
+        drop(first);
+        let second = InstanceLock::acquire(data.path(), "serve").unwrap();
+        assert_eq!(second.predecessor(), Some("box-41"));
     }
 }

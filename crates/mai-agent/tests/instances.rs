@@ -158,6 +158,46 @@ impl Cluster {
         assert!(reached.is_ok(), "task {id} never became {status}");
     }
 
+    /// Makes the database announce every history entry written (on `test_history`), so the
+    /// test can wait for a checkpoint: the product announces only injections. Needs the tables
+    /// (an instance has migrated them).
+    async fn announce_history(&mut self) {
+        for statement in [
+            "CREATE FUNCTION test_history_notify() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN PERFORM pg_notify('test_history', NEW.task_id); RETURN NULL; END $$",
+            "CREATE TRIGGER test_history_notify AFTER INSERT ON task_history \
+             FOR EACH ROW EXECUTE FUNCTION test_history_notify()",
+        ] {
+            sqlx::query(statement).execute(&self.pool).await.unwrap();
+        }
+        self.listener.listen("test_history").await.unwrap();
+    }
+
+    /// Waits until task `id`'s stored history holds a tool result (see `announce_history`).
+    async fn wait_checkpointed_tool_result(&mut self, id: &str) {
+        let stored = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let results: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM task_history WHERE task_id = $1 \
+                     AND payload::jsonb ->> 'role' = 'tool'",
+                )
+                .bind(id.replace('-', ""))
+                .fetch_one(&self.pool)
+                .await
+                .unwrap();
+                if results > 0 {
+                    return;
+                }
+                self.listener.recv().await.unwrap();
+            }
+        })
+        .await;
+        assert!(
+            stored.is_ok(),
+            "task {id}'s tool result was never checkpointed"
+        );
+    }
+
     /// The status log of task `id`: `status|actor|reason` lines, in order.
     async fn log(&self, id: &str) -> Vec<String> {
         sqlx::query_scalar(
@@ -214,6 +254,7 @@ async fn a_task_of_a_killed_instance_resumes_on_another_without_rerunning_its_ch
     let data = tempfile::tempdir().unwrap();
     let ran = data.path().join("ran");
     let mut a = cluster.serve("a", &model, data.path());
+    cluster.announce_history().await;
     let client = reqwest::Client::new();
     let id = create_console_task(
         &client,
@@ -221,8 +262,9 @@ async fn a_task_of_a_killed_instance_resumes_on_another_without_rerunning_its_ch
         &format!("run it once append-to:{} and stop", ran.display()),
     )
     .await;
-    cluster.wait_status(&id, "running").await;
-    // Round 1 (the command, its result checkpointed) is over once round 2's call arrives.
+    // Round 2's call arrives while the command's result is being checkpointed (the two run
+    // together): wait for the result in the stored history, not just for the call.
+    cluster.wait_checkpointed_tool_result(&id).await;
     calls.wait_past(1).await;
     assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n");
     assert_eq!(cluster.runner(&id).await, "a");

@@ -364,7 +364,9 @@ impl Engine {
             self.schedule.queue(task.id, task.priority);
             return Ok(());
         }
-        if self.resend_on_recovery(task, taking) {
+        // At start-up only: a change seen from another instance may be a question that instance
+        // is sending right now.
+        if taking == Taking::Start && task.metadata.waiting.as_ref().is_some_and(|w| w.unsent) {
             // In the background: channels may connect after start-up, and sends retry.
             let engine = self.clone();
             let task = task.clone();
@@ -378,26 +380,6 @@ impl Engine {
             .map_or(task.updated_at, |w| w.asked_at);
         self.schedule.await_answer(task, asked_at + timeout);
         Ok(())
-    }
-}
-
-impl Engine {
-    /// Whether recovery sends a question saved as unsent: at start-up only, and on a shared
-    /// store only once the asking instance had a lease's time to send it (it may be alive and
-    /// sending it right now).
-    fn resend_on_recovery(&self, task: &TaskRecord, taking: Taking) -> bool {
-        let Some(waiting) = task.metadata.waiting.as_ref().filter(|w| w.unsent) else {
-            return false;
-        };
-        if taking != Taking::Start {
-            return false;
-        }
-        if !self.store.shared() {
-            return true;
-        }
-        let lease = self.config.config().lease_terms().unwrap_or_default().lease;
-        let lease = Duration::from_std(lease).unwrap_or(Duration::MAX);
-        waiting.asked_at + lease < self.now()
     }
 }
 

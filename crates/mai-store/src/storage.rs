@@ -239,6 +239,10 @@ impl TaskStore for Store {
         self.inner().expired_leases().await
     }
 
+    async fn release_leases(&self, instance: &str) -> Result<u64, StoreError> {
+        self.inner().release_leases(instance).await
+    }
+
     async fn request_stop(&self, id: TaskId, request: &StopRequest) -> Result<bool, StoreError> {
         self.inner().request_stop(id, request).await
     }

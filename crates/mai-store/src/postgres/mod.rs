@@ -468,6 +468,20 @@ impl TaskStore for PgStore {
             .collect())
     }
 
+    async fn release_leases(&self, instance: &str) -> Result<u64, StoreError> {
+        let released = sqlx::query(
+            "UPDATE tasks SET lease_owner = NULL, lease_until = NULL \
+             WHERE status = 'running' AND lease_owner = $1",
+        )
+        .bind(instance)
+        .execute(&self.pool)
+        .await
+        .map_err(pg(
+            "releasing the leases of this data directory's previous instance",
+        ))?;
+        Ok(released.rows_affected())
+    }
+
     async fn request_stop(&self, id: TaskId, request: &StopRequest) -> Result<bool, StoreError> {
         let updated =
             sqlx::query("UPDATE tasks SET stop_request = $2 WHERE id = $1 AND status = 'running'")
