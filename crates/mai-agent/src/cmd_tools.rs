@@ -32,13 +32,7 @@ fn print_role(registry: &ToolRegistry, role: Role, as_json: bool) -> Result<()> 
         "Tools a task with role {role} sees every round ({}):",
         shown.tools.len()
     );
-    let width = shown
-        .tools
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let width = name_width(shown.tools.iter().map(|t| t.name.as_str()));
     println!(
         "  {:width$}  {:12}  {:8}  DESCRIPTION",
         "NAME", "VISIBILITY", "MIN ROLE"
@@ -60,6 +54,11 @@ fn print_role(registry: &ToolRegistry, role: Role, as_json: bool) -> Result<()> 
     Ok(())
 }
 
+/// The width of a column of tool names (at least its heading's).
+fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(str::len).max().unwrap_or(4).max(4)
+}
+
 /// Every tool, and which roles may call it.
 fn print_matrix(registry: &ToolRegistry, as_json: bool) -> Result<()> {
     let all = matrix::matrix(registry);
@@ -67,13 +66,7 @@ fn print_matrix(registry: &ToolRegistry, as_json: bool) -> Result<()> {
         println!("{}", serde_json::to_string(&all)?);
         return Ok(());
     }
-    let width = all
-        .tools
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let width = name_width(all.tools.iter().map(|t| t.name.as_str()));
     println!("  {:width$}  guest  user  admin", "TOOL");
     for tool in &all.tools {
         let roles = tool.roles.as_deref().unwrap_or_default();

@@ -329,7 +329,6 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     let Some(python) = maibot_python() else {
         return;
     };
-    let plugin = plugin_dir();
     let mut clock = Instant::now();
     let fixture = fake_models().await;
     let data = tempfile::tempdir().unwrap();
@@ -338,21 +337,7 @@ async fn a_real_maibot_runs_a_task_through_the_bridge_in_its_group_once_even_acr
     let mut dump = DumpOnPanic(vec![served.log.clone()]);
 
     let instance = tempfile::tempdir().unwrap();
-    let mut maibot = MaiBot::start(MaiBotSpec {
-        python: &python,
-        dir: instance.path(),
-        model_url: format!("{}/v1", fixture.model.uri()),
-        ws_port: free_port(),
-        plugins: vec![plugin],
-        env: vec![
-            ("MAI_AGENT_URL".into(), served.base.clone()),
-            ("MAI_AGENT_TOKEN".into(), TOKEN.into()),
-        ],
-    });
-    maibot.wait_log("the bridge plugin loaded", |l| {
-        l.contains("mai-agent bridge plugin loaded")
-    });
-    served.wait_line("the bridge connected", bridge_connected);
+    let mut maibot = maibot_with_bridge(&python, instance.path(), &fixture, &mut served);
     lap(
         "MaiBot started, plugin loaded, bridge connected",
         &mut clock,
@@ -594,15 +579,7 @@ async fn a_member_of_a_real_maibot_group_over_a_daily_budget_is_told_in_the_chat
         assert!(paused.contains(needle), "{needle:?} missing: {paused}");
     }
     let task = task_id(&served.base, "K1:").await;
-    let record: Value = reqwest::Client::new()
-        .get(format!("{}/v1/tasks/{task}", served.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = task_record(&with_token(), &served.base, &task).await;
     assert_eq!(record["status"], "paused", "{record}");
     assert!(
         maibot
@@ -613,6 +590,19 @@ async fn a_member_of_a_real_maibot_group_over_a_daily_budget_is_told_in_the_chat
     );
     maibot.stop();
     let _ = served.terminate();
+}
+
+/// An API client that sends the token.
+fn with_token() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {TOKEN}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
 }
 
 /// The id of the task whose intent contains `needle` (over the HTTP API, with the token).
