@@ -156,6 +156,24 @@ struct ModelFamilies {
     cost: Family<CostLabels, CostCounter>,
 }
 
+/// The MaiBot bridge's gauges: connected, and parts held until it connects.
+fn register_bridge(r: &mut Registry) -> (Gauge, Gauge) {
+    let connected = add(
+        r,
+        "bridge_connected",
+        "1 while a MaiBot bridge is connected to GET /v1/bridge, else 0 (always 0 with the \
+         embedded host)",
+        Gauge::default(),
+    );
+    let held = add(
+        r,
+        "bridge_held_parts",
+        "Message parts held until a MaiBot bridge connects",
+        Gauge::default(),
+    );
+    (connected, held)
+}
+
 impl ModelFamilies {
     fn register(r: &mut Registry) -> Self {
         ModelFamilies {
@@ -243,19 +261,7 @@ impl Metrics {
             "Engine events the metrics missed because they fell behind (counts are then low)",
             Counter::default(),
         );
-        let bridge_connected = add(
-            r,
-            "bridge_connected",
-            "1 while a MaiBot bridge is connected to GET /v1/bridge, else 0 (always 0 with the \
-             embedded host)",
-            Gauge::default(),
-        );
-        let bridge_held = add(
-            r,
-            "bridge_held_parts",
-            "Message parts held until a MaiBot bridge connects",
-            Gauge::default(),
-        );
+        let (bridge_connected, bridge_held) = register_bridge(r);
         Metrics {
             inner: Arc::new(Inner {
                 registry,

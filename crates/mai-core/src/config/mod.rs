@@ -572,6 +572,17 @@ impl Config {
             }
         }
         task.validate_timezone()?;
+        self.validate_addresses()?;
+        self.validate_names()?;
+        storage_target(self.storage.url.as_deref())?;
+        self.lease_terms()?;
+        PermissionResolver::new(&self.permission)?;
+        Ok(())
+    }
+
+    /// The addresses: the model's base URL, the listen address, the OneBot URL.
+    fn validate_addresses(&self) -> Result<(), ConfigError> {
+        let onebot = &self.channels.onebot;
         if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
         {
             return Err(ConfigError::Invalid {
@@ -582,19 +593,6 @@ impl Config {
                     self.llm.base_url
                 ),
             });
-        }
-        let mut names = std::collections::HashSet::new();
-        for server in &self.mcp.servers {
-            if !names.insert(server.name.as_str()) {
-                return Err(ConfigError::Invalid {
-                    section: "mcp",
-                    key: "servers",
-                    problem: format!(
-                        "has two servers named `{}`; names must be unique",
-                        server.name
-                    ),
-                });
-            }
         }
         if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(ConfigError::Invalid {
@@ -614,8 +612,24 @@ impl Config {
                 problem: format!("must start with ws:// or wss://, got `{}`", onebot.url),
             });
         }
-        storage_target(self.storage.url.as_deref())?;
-        self.lease_terms()?;
+        Ok(())
+    }
+
+    /// The names that must be unique or well-formed: MCP servers, this instance.
+    fn validate_names(&self) -> Result<(), ConfigError> {
+        let mut names = std::collections::HashSet::new();
+        for server in &self.mcp.servers {
+            if !names.insert(server.name.as_str()) {
+                return Err(ConfigError::Invalid {
+                    section: "mcp",
+                    key: "servers",
+                    problem: format!(
+                        "has two servers named `{}`; names must be unique",
+                        server.name
+                    ),
+                });
+            }
+        }
         if self
             .server
             .instance_id
@@ -630,7 +644,6 @@ impl Config {
                     .to_owned(),
             });
         }
-        PermissionResolver::new(&self.permission)?;
         Ok(())
     }
 
