@@ -18,6 +18,9 @@
 //! figure then is the engine and store alone, the ceiling (b) could reach with free model calls.
 //! `--sync-full` opens every database with `synchronous = FULL` (a disk sync per commit, as the
 //! original's SQLite does).
+//! `--postgres` runs every workload on PostgreSQL instead: a throwaway cluster this program starts
+//! (`initdb` into a temp dir, as the tests do; the server programs from
+//! `testing/postgres/setup.sh`), a new database per workload, one engine on it.
 //! `--breakdown` (after the workload) wraps the store and the model in timing wrappers and
 //! prints where the wall time went: calls, mean and total per store operation and model call.
 //!
@@ -27,6 +30,8 @@
 
 #[path = "../../benches/support/mod.rs"]
 mod support;
+#[path = "../../../../testing/postgres.rs"]
+mod throwaway_postgres;
 
 mod delayed;
 mod echo;
@@ -39,9 +44,10 @@ mod waiting;
 use std::sync::Arc;
 
 use mai_core::model::ChatModel;
+use mai_core::store::TaskStore;
 use mai_engine::CreateTask;
 use mai_engine::Engine;
-use mai_store::{SqliteOptions, SqliteStore, Synchronous};
+use mai_store::{PgStore, SqliteOptions, SqliteStore, Synchronous};
 use support::{NullHost, TimedModel, TimedStore, Timings};
 
 /// The allocator the `mai-agent` binary ships with, so figures are the product's.
@@ -58,6 +64,19 @@ pub struct Options {
     pub timings: Option<Arc<Timings>>,
     /// `--sync-full`: every commit is synced to disk (`[storage] synchronous = "full"`).
     pub sync_full: bool,
+    /// `--postgres`: the throwaway cluster every workload gets a new database on.
+    pub postgres: Option<Arc<throwaway_postgres::PgCluster>>,
+}
+
+impl Options {
+    /// What the workloads' stores are, for the printed figures.
+    pub fn store_label(&self) -> &'static str {
+        match (&self.postgres, self.sync_full) {
+            (Some(_), _) => "PostgreSQL (throwaway cluster, loopback)",
+            (None, true) => "SQLite file, synchronous = FULL",
+            (None, false) => "SQLite file",
+        }
+    }
 }
 
 /// Removes `flag` from `args`; whether it was there.
@@ -76,6 +95,11 @@ async fn main() {
         timings: take_flag(&mut args, "--breakdown").then(|| Arc::new(Timings::default())),
         instant_model: take_flag(&mut args, "--instant-model"),
         sync_full: take_flag(&mut args, "--sync-full"),
+        postgres: take_flag(&mut args, "--postgres").then(|| {
+            let cluster = throwaway_postgres::PgCluster::start()
+                .expect("--postgres: no PostgreSQL server programs; run testing/postgres/setup.sh");
+            Arc::new(cluster)
+        }),
     };
     let workload = args.first().map_or("all", String::as_str);
     let count = args.get(1).map(|n| n.parse::<usize>().expect("a count"));
@@ -108,14 +132,11 @@ async fn main() {
     }
 }
 
-/// A started engine over a SQLite file in `dir`, timed when `--breakdown` was given.
-pub async fn build(
-    options: &Options,
-    dir: &tempfile::TempDir,
-    config: mai_core::config::Config,
-    model: Arc<dyn ChatModel>,
-    host: Arc<NullHost>,
-) -> Arc<Engine> {
+/// The store a workload runs on: a SQLite file in `dir`, or a new PostgreSQL database.
+async fn store(options: &Options, dir: &tempfile::TempDir) -> Arc<dyn TaskStore> {
+    if let Some(cluster) = &options.postgres {
+        return Arc::new(PgStore::connect(&cluster.database()).await.unwrap());
+    }
     let sqlite = SqliteOptions {
         synchronous: if options.sync_full {
             Synchronous::Full
@@ -127,11 +148,23 @@ pub async fn build(
     let store = SqliteStore::open_with(dir.path().join("tasks.db"), &sqlite)
         .await
         .unwrap();
+    Arc::new(store)
+}
+
+/// A started engine over the workload's store, timed when `--breakdown` was given.
+pub async fn build(
+    options: &Options,
+    dir: &tempfile::TempDir,
+    config: mai_core::config::Config,
+    model: Arc<dyn ChatModel>,
+    host: Arc<NullHost>,
+) -> Arc<Engine> {
+    let store = store(options, dir).await;
     match &options.timings {
-        None => support::engine_over(Arc::new(store), config, model, host).await,
+        None => support::engine_over(store, config, model, host).await,
         Some(timings) => {
             let store = TimedStore {
-                inner: Arc::new(store),
+                inner: store,
                 timings: timings.clone(),
             };
             let model = TimedModel {

@@ -45,8 +45,9 @@ pub async fn run(options: &Options, tasks: usize) {
     per_task.sort();
     let per_round = |d: Duration| d.as_secs_f64() * 1e3 / ROUNDS as f64;
     println!(
-        "(a) round: {tasks} tasks × {ROUNDS} no-op tool rounds (+ answer), SQLite file: \
+        "(a) round: {tasks} tasks × {ROUNDS} no-op tool rounds (+ answer), {}: \
          {:.3} ms/round mean, {:.3} ms/round median task (target ≤ 0.1 ms; original 5.06 ms)",
+        options.store_label(),
         per_round(total / tasks as u32),
         per_round(per_task[per_task.len() / 2]),
     );

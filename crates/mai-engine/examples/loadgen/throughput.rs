@@ -110,11 +110,12 @@ pub async fn run(options: &Options, tasks: usize) {
     let per_s = |d: Duration| tasks as f64 / d.as_secs_f64();
     println!(
         "(b) http: {tasks} agent tasks × ({} echo-tool rounds + answer) after {WARM_UP} \
-         warm-ups, admin, titles and reply polish by the model, via {label}, {CONCURRENT} \
-         concurrent: {:.0} tasks/s to the last completion ({:.1} ms; all created after {:.1} \
+         warm-ups, admin, titles and reply polish by the model, via {label}, on {}, \
+         {CONCURRENT} concurrent: {:.0} tasks/s to the last completion ({:.1} ms; all created after {:.1} \
          ms); {:.0} tasks/s incl. reply delivery; model calls: {} agent, {} title or polish \
          (target ≥ 1000 tasks/s over HTTP)",
         echo::ROUNDS,
+        options.store_label(),
         per_s(measured.completed),
         measured.completed.as_secs_f64() * 1e3,
         measured.created.as_secs_f64() * 1e3,
