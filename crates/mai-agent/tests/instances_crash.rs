@@ -15,7 +15,7 @@
 //!   holds, and any other run was in a life SIGKILLed before that run started (a run lost with
 //!   its process, never one racing a live instance).
 //!
-//! `MAI_CRASH_TASKS` (45) and `MAI_CRASH_KILLS` (4) size the run; `MAI_CRASH_SEED` replays one.
+//! `MAI_CRASH_TASKS` (120) and `MAI_CRASH_KILLS` (6) size the run; `MAI_CRASH_SEED` replays one.
 //! The test waits on events: the database's `mai_tasks` notifications (LISTEN), the instances'
 //! output lines and the fake model's calls; the only timers are the random kill moments and the
 //! deadlines that fail a hung run.
@@ -142,8 +142,8 @@ async fn three_instances_on_one_database_lose_nothing_and_rerun_nothing_checkpoi
     let Some(cluster) = pg_cluster::PgCluster::start() else {
         return;
     };
-    let total = env_usize("MAI_CRASH_TASKS", 45);
-    let kills = env_usize("MAI_CRASH_KILLS", 4);
+    let total = env_usize("MAI_CRASH_TASKS", 120);
+    let kills = env_usize("MAI_CRASH_KILLS", 6);
     let seed = seed();
     println!("instances crash suite: {total} tasks, {kills} kills, MAI_CRASH_SEED={seed}");
     let started = Instant::now();
