@@ -155,7 +155,7 @@ async fn crash_suite(storage: &str) {
         // printed, then kill it at a random moment while the driver keeps answering questions.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while calls.load(Ordering::SeqCst) == calls_at_start {
-            answer_waiting(&client, std::slice::from_ref(&served.base), 0, &logs).await;
+            answer_waiting(&client, std::slice::from_ref(&served.base), 0, &logs, 1).await;
             tokio::select! {
                 () = called.notified() => {}
                 () = served.line_added.notified() => {}
@@ -164,7 +164,7 @@ async fn crash_suite(storage: &str) {
         }
         let kill_at = Instant::now() + Duration::from_millis(rng.below(500));
         while Instant::now() < kill_at {
-            answer_waiting(&client, std::slice::from_ref(&served.base), 0, &logs).await;
+            answer_waiting(&client, std::slice::from_ref(&served.base), 0, &logs, 1).await;
         }
         served.child.kill().unwrap();
         served.child.wait().unwrap();
@@ -187,7 +187,7 @@ async fn crash_suite(storage: &str) {
     let mut events = SseReader::new(events(&client, &base).await);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        answer_waiting(&client, std::slice::from_ref(&base), 0, &logs).await;
+        answer_waiting(&client, std::slice::from_ref(&base), 0, &logs, 1).await;
         let left: Vec<Value> = active_tasks(&client, &base)
             .await
             .into_iter()

@@ -11,6 +11,9 @@
 //! - no reply part sent twice after it was recorded sent: a final text printed by several lives
 //!   was printed by at most one life still alive when its delivery was recorded (the others died
 //!   with it in flight), and never twice by one life;
+//! - no inbound message processed twice: each answer the person sends carries a platform
+//!   message id and goes to two instances at once (as one OneBot implementation delivers it to
+//!   every instance connected to it); at most one copy is taken in, the other is `duplicate`;
 //! - no checkpointed tool call run twice: every round ran in the life whose result the history
 //!   holds, and any other run was in a life SIGKILLed before that run started (a run lost with
 //!   its process, never one racing a live instance).
@@ -134,6 +137,9 @@ struct Driven {
     uncertain: usize,
     side_effects: std::path::PathBuf,
     calls: Arc<AtomicUsize>,
+    /// Per message the person sent (each to two instances at once, with one platform message
+    /// id), the outcomes of the copies that were answered.
+    said: Vec<Vec<String>>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,8 +155,8 @@ async fn three_instances_on_one_database_lose_nothing_and_rerun_nothing_checkpoi
     let started = Instant::now();
     let url = cluster.database();
     let dir = tempfile::tempdir().unwrap();
-    let (mut fleet, driven) = drive(&url, dir.path(), total, kills, seed).await;
-    settle(&fleet, seed).await;
+    let (mut fleet, mut driven) = drive(&url, dir.path(), total, kills, seed).await;
+    settle(&fleet, &mut driven, seed).await;
     let figures = check(&fleet, &driven, seed).await;
     println!(
         "instances crash suite: seed {seed}: {total} tasks, {kills} kills, 3 instances, \
@@ -221,6 +227,7 @@ async fn drive(
         uncertain: 0,
         side_effects,
         calls,
+        said: Vec::new(),
     };
     let batch = total.div_ceil(kills + 1).max(1);
     let mut next = 0;
@@ -277,13 +284,15 @@ async fn kill_one(
     let calls_at_start = driven.calls.load(Ordering::SeqCst);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while driven.calls.load(Ordering::SeqCst) == calls_at_start {
-        answer_waiting(
+        let said = answer_waiting(
             &client,
             &fleet.bases(),
             rng.below(3) as usize,
             &fleet.logs(),
+            2,
         )
         .await;
+        driven.said.extend(said);
         tokio::select! {
             () = called.notified() => {}
             () = fleet.woke.notified() => {}
@@ -292,13 +301,15 @@ async fn kill_one(
     }
     let kill_at = tokio::time::Instant::now() + Duration::from_millis(rng.below(500));
     loop {
-        answer_waiting(
+        let said = answer_waiting(
             &client,
             &fleet.bases(),
             rng.below(3) as usize,
             &fleet.logs(),
+            2,
         )
         .await;
+        driven.said.extend(said);
         tokio::select! {
             () = fleet.woke.notified() => {}
             () = tokio::time::sleep_until(kill_at) => break,
@@ -319,12 +330,13 @@ async fn kill_one(
 
 /// Runs everything to the end: no active task left but cron ones. Looks again whenever a task
 /// changes in the database or an instance prints a line (a question to answer).
-async fn settle(fleet: &Fleet, seed: u64) {
+async fn settle(fleet: &Fleet, driven: &mut Driven, seed: u64) {
     let client = reqwest::Client::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     for pass in 0.. {
         let bases = fleet.bases();
-        answer_waiting(&client, &bases, pass, &fleet.logs()).await;
+        let said = answer_waiting(&client, &bases, pass, &fleet.logs(), 2).await;
+        driven.said.extend(said);
         let left: Vec<Value> = active_tasks(&client, &bases[pass % bases.len()])
             .await
             .into_iter()
@@ -353,10 +365,12 @@ async fn check(fleet: &Fleet, driven: &Driven, seed: u64) -> String {
     let redelivered = check_deliveries(&client, &base, fleet, &known, &seen, seed).await;
     let (rounds, reran) = check_runs(&client, &base, fleet, driven, &known, seed).await;
     let questions = check_questions(&known, &seen, seed);
+    let (messages, duplicates) = check_inbound(&driven.said, seed);
     format!(
         "{rounds} agent rounds, {recovered} recoveries of a running task ({adopters}), \
          {reran} tool calls re-run (in flight at a kill, not checkpointed), {redelivered} \
-         re-delivered (in flight at a kill), {questions} questions asked"
+         re-delivered (in flight at a kill), {questions} questions asked, {messages} answers \
+         sent to two instances each ({duplicates} copies dropped as duplicates)"
     )
 }
 
@@ -543,4 +557,24 @@ fn check_questions(
         "questions that never reached a chat (seed {seed}): {unasked:?}"
     );
     asking.len()
+}
+
+/// No inbound message processed twice: of the two copies of each answer the person sent (one
+/// platform message id, two instances), at most one was taken in (the other is `duplicate`, or
+/// never answered because its instance died). Returns the messages and the copies dropped.
+fn check_inbound(said: &[Vec<String>], seed: u64) -> (usize, usize) {
+    let mut duplicates = 0;
+    for outcomes in said {
+        let taken = outcomes.iter().filter(|o| *o != "duplicate").count();
+        assert!(
+            taken <= 1,
+            "one message processed by {taken} instances (seed {seed}): {outcomes:?}"
+        );
+        duplicates += outcomes.len() - taken;
+    }
+    assert!(
+        said.is_empty() || duplicates > 0,
+        "no copy was ever dropped: the second copies were not delivered (seed {seed})"
+    );
+    (said.len(), duplicates)
 }

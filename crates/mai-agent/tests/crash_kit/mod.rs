@@ -253,7 +253,18 @@ pub type Log = Arc<std::sync::Mutex<Vec<String>>>;
 /// the person answers only while every one of their waiting tasks has shown its question. A 409
 /// (answered meanwhile) or a refused connection (the server died) is fine: the next pass sees
 /// the truth.
-pub async fn answer_waiting(client: &reqwest::Client, bases: &[String], pick: usize, logs: &[Log]) {
+///
+/// With `copies` > 1 each of the person's messages carries a fresh platform message id and is
+/// delivered to that many servers at once, as one OneBot implementation delivers it to every
+/// instance connected to it. Returns, per message, the outcome of each copy that was answered
+/// (`answered`, `stored`, `duplicate`, …).
+pub async fn answer_waiting(
+    client: &reqwest::Client,
+    bases: &[String],
+    pick: usize,
+    logs: &[Log],
+    copies: usize,
+) -> Vec<Vec<String>> {
     let asked: HashSet<String> = logs
         .iter()
         .flat_map(|log| log.lock().unwrap().clone())
@@ -271,10 +282,10 @@ pub async fn answer_waiting(client: &reqwest::Client, bases: &[String], pick: us
         .send()
         .await
     else {
-        return;
+        return Vec::new();
     };
     let Ok(list) = response.json::<Value>().await else {
-        return;
+        return Vec::new();
     };
     // An answered task stays `waiting_input` (its question cleared) until it resumes.
     let waiting: Vec<Value> = list["tasks"]
@@ -299,15 +310,31 @@ pub async fn answer_waiting(client: &reqwest::Client, bases: &[String], pick: us
             .send()
             .await;
     }
+    let mut outcomes = Vec::new();
     if personal.iter().all(was_asked) {
         for n in 0..personal.len() {
-            let _ = client
-                .post(format!("{}/v1/messages", base(n + 1)))
-                .json(&json!({"platform": "console", "user_id": "local", "text": "blue"}))
-                .send()
-                .await;
+            let mut said = json!({"platform": "console", "user_id": "local", "text": "blue"});
+            if copies > 1 {
+                said["message_id"] = json!(uuid::Uuid::new_v4().to_string());
+            }
+            let sends = (0..copies).map(|copy| {
+                client
+                    .post(format!("{}/v1/messages", base(n + 1 + copy)))
+                    .json(&said)
+                    .send()
+            });
+            let mut answered = Vec::new();
+            for response in futures::future::join_all(sends).await.into_iter().flatten() {
+                if let Ok(outcome) = response.json::<Value>().await
+                    && let Some(outcome) = outcome["outcome"].as_str()
+                {
+                    answered.push(outcome.to_owned());
+                }
+            }
+            outcomes.push(answered);
         }
     }
+    outcomes
 }
 
 /// Creates a task: its id, or `None` when the server died under the request (a refusal is a
