@@ -69,6 +69,7 @@ pub async fn ingest_line(host: &EmbeddedHost, chat: &str, text: &str) -> Result<
         text: text.into(),
         at: Utc::now(),
         anonymous: false,
+        platform_message_id: None,
     })
     .await
     .map(drop)
@@ -98,6 +99,7 @@ pub fn spawn_reader(
                 text: text.into(),
                 at: Utc::now(),
                 anonymous: false,
+                platform_message_id: None,
             };
             if inbound.send(message).await.is_err() {
                 break;

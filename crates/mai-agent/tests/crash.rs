@@ -17,185 +17,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod crash_kit;
 #[path = "../../../testing/postgres.rs"]
 mod pg_cluster;
 #[path = "../../../testing/sse.rs"]
 mod sse;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use crash_kit::*;
 use serde_json::{Value, json};
 use sse::SseReader;
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
-
-/// splitmix64: small, seeded, good enough to pick task kinds and kill moments.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The agent's script, read from the intent `crash-task <key> rounds=<r> ask=<0|1>`: one
-/// `run_command` per round, then (if asked) one `ask_user`, then the answer `done-<key>`.
-/// Answers arrive after a short random delay so kills land mid-round.
-struct CrashModel {
-    side_effects: String,
-    calls: Arc<AtomicUsize>,
-    /// Notified (one stored permit) on every call.
-    called: Arc<tokio::sync::Notify>,
-    jitter: AtomicU64,
-}
-
-fn intent_of(body: &Value) -> Option<(String, usize, bool)> {
-    for message in body["messages"].as_array()? {
-        let Some(content) = message["content"].as_str() else {
-            continue;
-        };
-        if let Some(at) = content.find("crash-task ") {
-            let mut words = content[at..].split_whitespace().skip(1);
-            let key = words.next()?.to_owned();
-            let rounds = words.next()?.strip_prefix("rounds=")?.parse().ok()?;
-            let ask = words.next()?.strip_prefix("ask=")? == "1";
-            return Some((key, rounds, ask));
-        }
-    }
-    None
-}
-
-impl Respond for CrashModel {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&request.body).unwrap();
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.called.notify_one();
-        let results = body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .count();
-        let jitter = self.jitter.fetch_add(7919, Ordering::Relaxed) % 40;
-        if body["model"] == "polish-model" {
-            // Polish keeps the text as it is (the prompt ends with it): the kill window between
-            // saving a question or a reply and sending it is now a model call wide.
-            let prompt = body["messages"][0]["content"].as_str().unwrap();
-            let text = prompt.rsplit("Machine output:\n").next().unwrap().trim();
-            return ResponseTemplate::new(200)
-                .set_delay(Duration::from_millis(jitter))
-                .set_body_json(json!({
-                    "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": answer(text), "finish_reason": "stop"}],
-                }));
-        }
-        let message = match intent_of(&body) {
-            None => answer("Crash title"),
-            Some((key, rounds, _)) if results < rounds => {
-                let command = format!(
-                    "echo \"key={key}-r{results} life=$MAI_CRASH_LIFE\" | tee -a {}",
-                    self.side_effects
-                );
-                tool_call(
-                    &format!("{key}-c{results}"),
-                    "run_command",
-                    json!({ "command": command }),
-                )
-            }
-            Some((key, rounds, true)) if results == rounds => tool_call(
-                &format!("{key}-c{results}"),
-                "ask_user",
-                json!({ "question": format!("question-{key}?") }),
-            ),
-            Some((key, _, _)) => answer(&format!("done-{key}")),
-        };
-        ResponseTemplate::new(200)
-            .set_delay(Duration::from_millis(jitter))
-            .set_body_json(json!({
-                "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": message,
-                    "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
-            }))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Agent,
-    Ask,
-    Instant,
-    Delayed,
-    Cron,
-}
-
-struct Planned {
-    key: String,
-    kind: Kind,
-    rounds: usize,
-    /// Answered as the person (`POST /v1/messages`) rather than by inject.
-    personal: bool,
-}
-
-impl Planned {
-    fn body(&self) -> Value {
-        let intent = |rounds: usize, ask: bool| {
-            format!(
-                "crash-task {} rounds={rounds} ask={}",
-                self.key,
-                u8::from(ask)
-            )
-        };
-        let mut body = json!({"stream_id": "console:local", "platform": "console",
-                              "title": self.key});
-        match self.kind {
-            Kind::Agent => body["intent"] = json!(intent(self.rounds, false)),
-            Kind::Ask => body["intent"] = json!(intent(self.rounds, true)),
-            Kind::Instant => {
-                body["intent"] = json!(format!("instant-{}", self.key));
-                body["level"] = json!("instant");
-            }
-            Kind::Delayed => {
-                body["intent"] = json!(intent(self.rounds, false));
-                body["delay_seconds"] = json!(1 + self.rounds);
-            }
-            Kind::Cron => {
-                body["intent"] = json!(format!("cron-{}", self.key));
-                body["level"] = json!("instant");
-                body["cron_expr"] = json!("* * * * *");
-            }
-        }
-        if self.personal {
-            body["user_id"] = json!("local");
-        }
-        body
-    }
-
-    /// The text this task delivers to the console chat when it finishes.
-    fn final_text(&self) -> String {
-        match self.kind {
-            Kind::Instant => format!("instant-{}", self.key),
-            Kind::Cron => format!("cron-{}", self.key),
-            _ => format!("done-{}", self.key),
-        }
-    }
-}
+use wiremock::{Mock, MockServer};
 
 fn serve(
     data: &std::path::Path,
@@ -212,87 +49,6 @@ fn serve(
         .arg(config)
         .args(["serve", "--listen", "127.0.0.1:0"]);
     Served::start(command)
-}
-
-type Log = Arc<std::sync::Mutex<Vec<String>>>;
-
-/// Answers the tasks waiting for the user whose question reached the chat, as people would: a
-/// question nobody saw is never answered, so a lost one hangs its task and fails the suite.
-/// Planner tasks are answered by inject, each its own. A person's message answers their *oldest*
-/// waiting task, so the person answers only while every one of their waiting tasks has shown its
-/// question. A 409 (answered meanwhile, or the server died) is fine: the next pass sees the truth.
-async fn answer_waiting(client: &reqwest::Client, base: &str, logs: &[Log]) {
-    let asked: std::collections::HashSet<String> = logs
-        .iter()
-        .flat_map(|log| log.lock().unwrap().clone())
-        .filter_map(|line| {
-            let key = line.strip_prefix("mai> question-")?.strip_suffix('?')?;
-            Some(key.to_owned())
-        })
-        .collect();
-    let Ok(response) = client
-        .get(format!("{base}/v1/tasks?status=waiting_input&limit=500"))
-        .send()
-        .await
-    else {
-        return;
-    };
-    let Ok(list) = response.json::<Value>().await else {
-        return;
-    };
-    // An answered task stays `waiting_input` (its question cleared) until it resumes.
-    let waiting: Vec<Value> = list["tasks"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|task| !task["metadata"]["waiting"].is_null())
-        .collect();
-    let was_asked = |task: &Value| asked.contains(task["title"].as_str().unwrap_or_default());
-    let (personal, planner): (Vec<Value>, Vec<Value>) = waiting
-        .into_iter()
-        .partition(|task| task["owner"] == "console:local");
-    for task in planner.iter().filter(|t| was_asked(t)) {
-        let _ = client
-            .post(format!(
-                "{base}/v1/tasks/{}/inject",
-                task["id"].as_str().unwrap()
-            ))
-            .json(&json!({"instruction": "blue"}))
-            .send()
-            .await;
-    }
-    if personal.iter().all(was_asked) {
-        for _ in &personal {
-            let _ = client
-                .post(format!("{base}/v1/messages"))
-                .json(&json!({"platform": "console", "user_id": "local", "text": "blue"}))
-                .send()
-                .await;
-        }
-    }
-}
-
-/// Creates a task: its id, or `None` when the server died under the request (a refusal is a
-/// failure of the test).
-async fn create(client: &reqwest::Client, base: &str, body: &Value) -> Option<String> {
-    let response = client
-        .post(format!("{base}/v1/tasks"))
-        .json(body)
-        .send()
-        .await
-        .ok()?;
-    let status = response.status();
-    let text = response.text().await.ok()?;
-    assert_eq!(status, 201, "{text}");
-    let created: Value = serde_json::from_str(&text).unwrap();
-    Some(created["id"].as_str().unwrap().to_owned())
-}
-
-async fn get(client: &reqwest::Client, url: String) -> Value {
-    let response = client.get(&url).send().await.unwrap();
-    assert_eq!(response.status(), 200, "{url}");
-    response.json().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,15 +72,7 @@ async fn on_postgres_tasks_survive_random_sigkills_without_loss_double_delivery_
 async fn crash_suite(storage: &str) {
     let total = env_usize("MAI_CRASH_TASKS", 80);
     let kills = env_usize("MAI_CRASH_KILLS", 5);
-    let seed = std::env::var("MAI_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = seed();
     println!("crash suite: {total} tasks, {kills} kills, MAI_CRASH_SEED={seed}");
     let started = Instant::now();
     let mut rng = Rng(seed);
@@ -344,35 +92,10 @@ async fn crash_suite(storage: &str) {
         .mount(&model)
         .await;
     let config = data.path().join("mai-agent.toml");
-    std::fs::write(
-        &config,
-        "[shell]\nenabled = true\n[task]\nmax_concurrent_tasks = 8\n\
-         [permission]\nadmins = [\"console:local\"]\n[send]\nretry_base_ms = 10\n\
-         [limits]\nmax_active_per_requester = 100000\nmax_active_per_stream = 100000\n\
-         max_cron_per_requester = 100000\nmax_cron_per_stream = 100000\n"
-            .to_owned()
-            + storage,
-    )
-    .unwrap();
+    std::fs::write(&config, crash_kit::config(storage)).unwrap();
     let client = reqwest::Client::new();
 
-    let planned: Vec<Planned> = (0..total)
-        .map(|i| {
-            let kind = match rng.below(10) {
-                0..=3 => Kind::Agent,
-                4 | 5 => Kind::Ask,
-                6 | 7 => Kind::Instant,
-                8 => Kind::Delayed,
-                _ => Kind::Cron,
-            };
-            Planned {
-                key: format!("t{i}"),
-                kind,
-                rounds: 1 + rng.below(3) as usize,
-                personal: rng.below(2) == 0,
-            }
-        })
-        .collect();
+    let planned = plan(total, &mut rng);
     // A task's id once its create answered 201; `None` while not submitted, or when the server
     // died under its create (then nobody knows whether it exists: it is not checked).
     let mut ids: Vec<Option<String>> = vec![None; total];
@@ -432,7 +155,7 @@ async fn crash_suite(storage: &str) {
         // printed, then kill it at a random moment while the driver keeps answering questions.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while calls.load(Ordering::SeqCst) == calls_at_start {
-            answer_waiting(&client, &served.base, &logs).await;
+            answer_waiting(&client, std::slice::from_ref(&served.base), 0, &logs, 1).await;
             tokio::select! {
                 () = called.notified() => {}
                 () = served.line_added.notified() => {}
@@ -441,7 +164,7 @@ async fn crash_suite(storage: &str) {
         }
         let kill_at = Instant::now() + Duration::from_millis(rng.below(500));
         while Instant::now() < kill_at {
-            answer_waiting(&client, &served.base, &logs).await;
+            answer_waiting(&client, std::slice::from_ref(&served.base), 0, &logs, 1).await;
         }
         served.child.kill().unwrap();
         served.child.wait().unwrap();
@@ -464,7 +187,7 @@ async fn crash_suite(storage: &str) {
     let mut events = SseReader::new(events(&client, &base).await);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        answer_waiting(&client, &base, &logs).await;
+        answer_waiting(&client, std::slice::from_ref(&base), 0, &logs, 1).await;
         let left: Vec<Value> = active_tasks(&client, &base)
             .await
             .into_iter()
@@ -564,23 +287,9 @@ async fn crash_suite(storage: &str) {
             // Allowed only if the delivery was not yet durable when the earlier lives died:
             // the delivering task's completion is younger than their kills.
             let (task, id) = known.iter().find(|(t, _)| t.final_text() == *text).unwrap();
-            let delivering = if task.kind == Kind::Instant {
-                (*id).clone()
-            } else {
-                uuid::Uuid::new_v5(
-                    &uuid::Uuid::NAMESPACE_OID,
-                    format!("{id}:0:reply").as_bytes(),
-                )
-                .to_string()
-            };
+            let delivering = task.delivering(id);
             let record = get(&client, format!("{base}/v1/tasks/{delivering}")).await;
-            let completed: chrono::DateTime<chrono::Utc> = record["status_log"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .rev()
-                .find(|change| change["status"] == "completed")
-                .and_then(|change| change["at"].as_str()?.parse().ok())
+            let completed = completed_at(&record)
                 .unwrap_or_else(|| panic!("{text}: its delivery never completed: {record}"));
             for &life in &lives_of[..lives_of.len() - 1] {
                 assert!(
@@ -594,17 +303,10 @@ async fn crash_suite(storage: &str) {
     }
 
     // Side effects: executions per key, by life.
-    let mut executed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for line in std::fs::read_to_string(&side_effects)
-        .unwrap_or_default()
-        .lines()
-    {
-        let (key, life) = line.split_once(" life=").unwrap();
-        executed
-            .entry(key.trim_start_matches("key=").to_owned())
-            .or_default()
-            .push(life.parse().unwrap());
-    }
+    let executed: HashMap<String, Vec<usize>> = runs_by_key(&side_effects)
+        .into_iter()
+        .map(|(key, runs)| (key, runs.iter().map(|run| run.life).collect()))
+        .collect();
     let mut rounds = 0;
     let mut reran = 0;
     for (task, id) in agent_tasks {
@@ -616,25 +318,7 @@ async fn crash_suite(storage: &str) {
                 .get(&key)
                 .unwrap_or_else(|| panic!("{key} never ran (seed {seed})"));
             // The life whose result the history holds.
-            let marker = format!("key={key} life=");
-            let checkpointed: Vec<usize> = history["entries"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["payload"]["role"] == "tool")
-                .filter_map(|e| {
-                    // The tool result's stdout (the command itself names the key too).
-                    let content: Value =
-                        serde_json::from_str(e["payload"]["content"].as_str()?).ok()?;
-                    let stdout = content["stdout"].as_str()?;
-                    let at = stdout.find(&marker)? + marker.len();
-                    let digits: String = stdout[at..]
-                        .chars()
-                        .take_while(char::is_ascii_digit)
-                        .collect();
-                    digits.parse().ok()
-                })
-                .collect();
+            let checkpointed = checkpointed_lives(&history, &key);
             assert_eq!(
                 checkpointed.len(),
                 1,

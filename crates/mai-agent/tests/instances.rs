@@ -2,7 +2,8 @@
 //! of a SIGKILLed instance resumes on another from its last checkpoint (its checkpointed tool
 //! call never runs again); a cancel given to one instance stops the task running on another; an
 //! answer given through one instance resumes a task that asked through another; a cron task
-//! fires once per fire time with two instances armed.
+//! fires once per fire time with two instances armed; a message that two instances receive from
+//! one OneBot implementation is processed by one.
 //!
 //! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
 //! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
+use futures::{SinkExt, StreamExt};
 use mai_store::sqlx;
 use pg_cluster::PgCluster;
 use serde_json::{Value, json};
@@ -432,4 +434,168 @@ async fn a_cron_task_runs_once_per_fire_time_with_two_instances_armed() {
     assert_ne!(runs[0], runs[1], "two different minutes: {runs:?}");
     assert_eq!(cluster.status(&id).await, "scheduled");
     let _ = &cluster.url;
+}
+
+/// A OneBot v11 implementation's forward WebSocket that several instances connect to, as they
+/// would to one NapCat: every event goes to every connection; every action is answered `ok` and
+/// collected.
+struct SharedOneBot {
+    url: String,
+    events: tokio::sync::broadcast::Sender<Value>,
+    actions: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    connected: tokio::sync::mpsc::UnboundedReceiver<()>,
+}
+
+async fn shared_onebot() -> SharedOneBot {
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (events, _) = tokio::sync::broadcast::channel::<Value>(16);
+    let (seen, actions) = tokio::sync::mpsc::unbounded_channel();
+    let (joined, connected) = tokio::sync::mpsc::unbounded_channel();
+    let sender = events.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let mut outgoing = sender.subscribe();
+            let (seen, joined) = (seen.clone(), joined.clone());
+            tokio::spawn(async move {
+                let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+                joined.send(()).unwrap();
+                loop {
+                    tokio::select! {
+                        event = outgoing.recv() => {
+                            let Ok(event) = event else { break };
+                            ws.send(Message::text(event.to_string())).await.unwrap();
+                        }
+                        frame = ws.next() => {
+                            let Some(Ok(Message::Text(text))) = frame else { break };
+                            let action: Value = serde_json::from_str(&text).unwrap();
+                            let answer = json!({"status": "ok", "retcode": 0,
+                                "data": {"message_id": 1}, "echo": action["echo"]});
+                            ws.send(Message::text(answer.to_string())).await.unwrap();
+                            let _ = seen.send(action);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    SharedOneBot {
+        url,
+        events,
+        actions,
+        connected,
+    }
+}
+
+impl SharedOneBot {
+    /// A group message from user 10001 in group 20002 with the platform id `message_id`, sent
+    /// now (an old one would fall to the retention job an instance runs as it starts).
+    fn group_message(&self, message_id: i64, text: &str) {
+        self.events
+            .send(json!({
+                "time": chrono::Utc::now().timestamp(), "self_id": 999, "post_type": "message",
+                "message_type": "group", "sub_type": "normal", "message_id": message_id,
+                "group_id": 20002, "user_id": 10001, "font": 0,
+                "message": [{"type": "text", "data": {"text": text}}], "raw_message": text,
+                "sender": {"user_id": 10001, "nickname": "Alice", "card": ""}
+            }))
+            .unwrap();
+    }
+
+    /// The next `send_msg` the instances made (bounded: a hang fails).
+    async fn next_send(&mut self) -> Value {
+        let action = tokio::time::timeout(Duration::from_secs(60), self.actions.recv())
+            .await
+            .expect("no instance sent anything to OneBot")
+            .unwrap();
+        assert_eq!(action["action"], "send_msg", "{action}");
+        action
+    }
+}
+
+/// What an instance logs when it drops a message another instance took in.
+const SKIPPED: &str = "a message another instance took in already is skipped";
+
+/// Waits until one of `instances` logged `SKIPPED` for platform message `id`; returns its index.
+async fn skipped_by(instances: &[&Served], id: &str) -> usize {
+    let needle = format!("message_id={id}");
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            for (index, served) in instances.iter().enumerate() {
+                let log = served.log.lock().unwrap();
+                if log
+                    .iter()
+                    .any(|l| l.contains(SKIPPED) && l.contains(&needle))
+                {
+                    return index;
+                }
+            }
+            tokio::select! {
+                () = instances[0].line_added.notified() => {}
+                () = instances[1].line_added.notified() => {}
+            }
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| {
+        let logs: Vec<Vec<String>> = instances
+            .iter()
+            .map(|served| served.log.lock().unwrap().clone())
+            .collect();
+        panic!("no instance skipped message {id}; their logs: {logs:#?}")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_two_instances_receive_from_one_onebot_is_processed_by_one_of_them() {
+    let mut onebot = shared_onebot().await;
+    let extra = format!(
+        "[channels.onebot]\nenabled = true\nurl = \"{}\"\n",
+        onebot.url
+    );
+    let Some(cluster) = Cluster::start(&extra).await else {
+        return;
+    };
+    let (model, _) = model(answer_at_once, None).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let b = cluster.serve("b", &model, data.path());
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(60), onebot.connected.recv())
+            .await
+            .expect("both instances connect to OneBot");
+    }
+
+    for id in [7, 8] {
+        onebot.group_message(id, "/mt help");
+        let reply = onebot.next_send().await;
+        assert_eq!(reply["params"]["group_id"], 20002, "{reply}");
+        let skipper = skipped_by(&[&a, &b], &id.to_string()).await;
+        let other = [&a, &b][1 - skipper].log.lock().unwrap().clone();
+        assert!(
+            !other
+                .iter()
+                .any(|l| l.contains(SKIPPED) && l.contains(&format!("message_id={id}"))),
+            "both instances skipped message {id}, so neither processed it: {other:?}"
+        );
+    }
+    assert!(
+        onebot.actions.try_recv().is_err(),
+        "one reply per message, not one per instance"
+    );
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM host_messages WHERE text = '/mt help' AND NOT is_bot",
+    )
+    .fetch_one(&cluster.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, 2, "each message stored once");
+    let seen: Vec<String> = sqlx::query_scalar(
+        "SELECT platform || ':' || platform_message_id FROM host_inbound_seen ORDER BY 1",
+    )
+    .fetch_all(&cluster.pool)
+    .await
+    .unwrap();
+    assert_eq!(seen, ["qq:7", "qq:8"]);
 }

@@ -43,13 +43,20 @@ pub struct IncomingMessage {
     /// commands, never the answer to a task's question).
     #[serde(default)]
     pub anonymous: bool,
+    /// The platform's own id of the message (OneBot's `message_id`, MaiBot's), when the channel
+    /// has one. On a shared store (PostgreSQL) a message whose id was taken in already — by
+    /// another instance connected to the same OneBot implementation or bridge — is dropped.
+    #[serde(default)]
+    pub platform_message_id: Option<String>,
 }
 
 /// Where an ingested message was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IngestedMessage {
     pub stream_id: StreamId,
-    pub message_id: i64,
+    /// `None` when nothing was stored: its platform message id was taken in already (by another
+    /// instance on the same database); the message must not be processed again.
+    pub message_id: Option<i64>,
 }
 
 /// Stores `message` (the caller holds the write transaction).
@@ -81,6 +88,18 @@ pub(crate) fn ingest(
             .filter(|name| !name.is_empty()),
         private: message.group_id.is_none().then_some(sender_name),
     };
+    if !first_sight(conn, message)? {
+        // Another instance stores it; its stream is the one asked for, else the target's.
+        let stream_id = match &message.stream_id {
+            Some(id) => id.clone(),
+            None => crate::stream_id_for(&sender.platform, &target)
+                .map_err(|error| HostError::new(ACTION, error))?,
+        };
+        return Ok(IngestedMessage {
+            stream_id,
+            message_id: None,
+        });
+    }
     let stream_id = ensure_stream(
         conn,
         message.stream_id.as_ref(),
@@ -101,8 +120,31 @@ pub(crate) fn ingest(
     )?;
     Ok(IngestedMessage {
         stream_id,
-        message_id,
+        message_id: Some(message_id),
     })
+}
+
+/// Whether `message` is taken in for the first time: on PostgreSQL (shared by instances) its
+/// platform message id is recorded with the time it was taken in — not the message's own time,
+/// which may be old or skewed and would let the pruning forget the id before a late copy
+/// arrives — and a second copy finds it there. Always true on SQLite (one instance) and for a
+/// message without an id.
+fn first_sight(conn: &Connection, message: &IncomingMessage) -> Result<bool, HostError> {
+    let Some(id) = message.platform_message_id.as_deref().map(str::trim) else {
+        return Ok(true);
+    };
+    if conn.dialect() != Dialect::Postgres || id.is_empty() {
+        return Ok(true);
+    }
+    let inserted = Query::new(
+        "INSERT INTO host_inbound_seen (platform, platform_message_id, at) VALUES (?, ?, ?)          ON CONFLICT DO NOTHING",
+    )
+    .bind(message.platform.as_str())
+    .bind(id)
+    .bind(to_millis(Utc::now()))
+    .execute(conn)
+    .map_err(db("record a message's platform id"))?;
+    Ok(inserted == 1)
 }
 
 /// Appends one message to a stream that exists.
@@ -145,6 +187,19 @@ pub(crate) const PRUNE_BATCH: usize = 500;
 /// oldest first; their search index entries go with them (a trigger). Streams, people and
 /// membership stay. Returns how many were deleted.
 pub(crate) fn prune_messages(conn: &Connection, before_ms: i64) -> Result<usize, HostError> {
+    if conn.dialect() == Dialect::Postgres {
+        // The platform ids taken in before the messages' cutoff go (none is redelivered that
+        // late).
+        Query::new(
+            "DELETE FROM host_inbound_seen WHERE (platform, platform_message_id) IN \
+             (SELECT platform, platform_message_id FROM host_inbound_seen WHERE at < ?1 \
+             ORDER BY at LIMIT ?2)",
+        )
+        .bind(before_ms)
+        .bind(PRUNE_BATCH as i64)
+        .execute(conn)
+        .map_err(db("delete old platform message ids"))?;
+    }
     Query::new(
         "DELETE FROM host_messages WHERE message_id IN (SELECT message_id FROM host_messages \
          WHERE at < ?1 ORDER BY at LIMIT ?2)",

@@ -25,14 +25,22 @@ pub(crate) static HOST: Migrations = Migrations {
 };
 
 /// The host tables' PostgreSQL scripts (their own version line: version 1 has the tables of
-/// the SQLite schema's version 2, with trigram arrays for the full-text search).
+/// the SQLite schema's version 2, with trigram arrays for the full-text search; version 2 adds
+/// the platform message ids taken in, shared by instances).
 pub(crate) static HOST_POSTGRES: Migrations = Migrations {
     table: "_mai_host_migrations",
-    scripts: &[Migration {
-        version: 1,
-        description: "host",
-        sql: include_str!("../migrations/postgres/0001_host.sql"),
-    }],
+    scripts: &[
+        Migration {
+            version: 1,
+            description: "host",
+            sql: include_str!("../migrations/postgres/0001_host.sql"),
+        },
+        Migration {
+            version: 2,
+            description: "inbound seen",
+            sql: include_str!("../migrations/postgres/0002_inbound.sql"),
+        },
+    ],
 };
 
 /// A time as stored.

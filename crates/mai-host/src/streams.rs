@@ -98,6 +98,70 @@ pub(crate) fn ensure_stream(
     const ACTION: &str = "find or create a stream";
     let derived = stream_id_for(platform, target).map_err(|error| HostError::new(ACTION, error))?;
     let (kind, target_id) = kind_and_target(target);
+    let lookup = Lookup {
+        wanted,
+        platform,
+        kind,
+        target_id,
+        names,
+        at_ms,
+    };
+    if let Some(id) = refresh(conn, &lookup)? {
+        return Ok(id);
+    }
+    let id = wanted.cloned().unwrap_or(derived);
+    let name = match target {
+        ChatTarget::Group { .. } => names.group,
+        ChatTarget::Private { .. } => names.private,
+    }
+    .unwrap_or(target_id);
+    // Another instance on the same database may create it between the lookup and this insert:
+    // then nothing is inserted, and the lookup (run again) finds theirs.
+    let inserted = Query::new(
+        "INSERT INTO host_streams (stream_id, platform, kind, target_id, name, last_active) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(platform)
+    .bind(kind)
+    .bind(target_id)
+    .bind(name)
+    .bind(at_ms)
+    .execute(conn)
+    .map_err(db(ACTION))?;
+    if inserted == 1 {
+        return Ok(id);
+    }
+    refresh(conn, &lookup)?.ok_or_else(|| {
+        HostError::new(
+            ACTION,
+            format!("stream `{id}` exists with another platform or chat target"),
+        )
+    })
+}
+
+/// What [`ensure_stream`] looks a stream up by, and refreshes it with.
+struct Lookup<'a> {
+    wanted: Option<&'a StreamId>,
+    platform: &'a str,
+    kind: &'a str,
+    target_id: &'a str,
+    names: StreamNames<'a>,
+    at_ms: i64,
+}
+
+/// The stream asked for, else the one of this target, refreshed (name, activity); `None` when
+/// there is neither.
+fn refresh(conn: &Connection, lookup: &Lookup<'_>) -> Result<Option<StreamId>, HostError> {
+    const ACTION: &str = "find or create a stream";
+    let (wanted, platform, kind, target_id, names, at_ms) = (
+        lookup.wanted,
+        lookup.platform,
+        lookup.kind,
+        lookup.target_id,
+        lookup.names,
+        lookup.at_ms,
+    );
     // The stream asked for, else the one of this target: found and refreshed in one statement
     // (each statement is a round trip to the connection's thread, taken while holding the
     // write turn).
@@ -121,28 +185,9 @@ pub(crate) fn ensure_stream(
     .bind(target_id)
     .scalar_optional(conn)
     .map_err(db(ACTION))?;
-    if let Some(id) = existing {
-        return StreamId::new(id).map_err(|error| corrupt(ACTION, error));
-    }
-    let id = wanted.cloned().unwrap_or(derived);
-    let name = match target {
-        ChatTarget::Group { .. } => names.group,
-        ChatTarget::Private { .. } => names.private,
-    }
-    .unwrap_or(target_id);
-    Query::new(
-        "INSERT INTO host_streams (stream_id, platform, kind, target_id, name, last_active) \
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(id.as_str())
-    .bind(platform)
-    .bind(kind)
-    .bind(target_id)
-    .bind(name)
-    .bind(at_ms)
-    .execute(conn)
-    .map_err(db(ACTION))?;
-    Ok(id)
+    existing
+        .map(|id| StreamId::new(id).map_err(|error| corrupt(ACTION, error)))
+        .transpose()
 }
 
 /// Records activity in a stream (the bot spoke) without touching its name.

@@ -329,6 +329,7 @@ async fn group_message_segments_arrive_mapped() {
             text: "[reply] @mai look at this [image][face] [CQ:at,qq=all] &amp;".into(),
             at: chrono::DateTime::from_timestamp(1_717_243_200, 0).unwrap(),
             anonymous: false,
+            platform_message_id: Some("99".into()),
         }
     );
 }

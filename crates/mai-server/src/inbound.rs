@@ -2,7 +2,8 @@
 //! a received message to.
 //!
 //! For each message, in this order: store it in the embedded host (so memory search and the planner
-//! see it), resolve the sender's role in that stream from the live `[permission]` config
+//! see it) — or stop there when another instance on the same database took it in already (same
+//! platform message id) — resolve the sender's role in that stream from the live `[permission]` config
 //! (docs/design.md, "Roles and the permission model"), then either run it as a `/maitask` (`/mt`)
 //! chat command — the reply is sent back **raw**, never polished ("Replies and delivery") — or
 //! offer it as the answer to a task acting for that sender waiting in that stream
@@ -53,6 +54,9 @@ pub enum Inbound {
     },
     /// It was stored; nothing was waiting for it.
     Stored { stream_id: StreamId },
+    /// Its platform message id was taken in already, by another instance on the same database
+    /// that received it too: nothing was stored or done here.
+    Duplicate { stream_id: StreamId },
 }
 
 impl Inbound {
@@ -61,7 +65,8 @@ impl Inbound {
         match self {
             Inbound::Command { stream_id, .. }
             | Inbound::Answered { stream_id, .. }
-            | Inbound::Stored { stream_id } => stream_id,
+            | Inbound::Stored { stream_id }
+            | Inbound::Duplicate { stream_id } => stream_id,
         }
     }
 }
@@ -103,6 +108,12 @@ pub async fn deliver(
     }
     let stored = state.host.ingest_message(&message).await?;
     let stream_id = stored.stream_id;
+    if stored.message_id.is_none() {
+        tracing::info!(%stream_id, platform = %message.platform,
+            message_id = %message.platform_message_id.as_deref().unwrap_or_default(),
+            "a message another instance took in already is skipped");
+        return Ok(Inbound::Duplicate { stream_id });
+    }
     if is_command(&message.text) && silent_to_guests(state, &message) {
         let role = if message.anonymous {
             Role::Guest

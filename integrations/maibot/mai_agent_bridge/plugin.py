@@ -111,6 +111,11 @@ def message_body(message: dict[str, Any]) -> Optional[dict[str, Any]]:
         body["group_id"] = str(group["group_id"])
         if group.get("group_name"):
             body["group_name"] = str(group["group_name"])
+    # The platform's id of the message: several mai-agent instances on one database process a
+    # message they all receive once.
+    message_id = str(message.get("message_id") or "").strip()
+    if message_id:
+        body["message_id"] = message_id
     extra = info.get("additional_config") or {}
     if isinstance(extra, dict) and extra.get("anonymous"):
         body["anonymous"] = True

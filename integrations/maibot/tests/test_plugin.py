@@ -135,7 +135,7 @@ class PluginTests(unittest.IsolatedAsyncioTestCase):
 
     async def test_a_command_stops_maibot_and_other_messages_continue(self):
         message = {
-            "session_id": HERE, "platform": "qq", "processed_plain_text": "/mt list",
+            "session_id": HERE, "platform": "qq", "processed_plain_text": "/mt list", "message_id": "m-81",
             "message_info": {"user_info": {"user_id": "10001", "user_nickname": "Ann"},
                              "group_info": {"group_id": "42", "group_name": "Team"}},
         }
@@ -146,7 +146,7 @@ class PluginTests(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(
             self.fake.messages[0],
             {"platform": "qq", "stream_id": HERE, "user_id": "10001", "sender_name": "Ann",
-             "text": "/mt list", "group_id": "42", "group_name": "Team"},
+             "text": "/mt list", "message_id": "m-81", "group_id": "42", "group_name": "Team"},
         )
 
     async def test_maibot_continues_when_mai_agent_is_down(self):

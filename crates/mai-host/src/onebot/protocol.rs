@@ -184,6 +184,9 @@ struct MessageEvent {
     /// `{"id", "name", "flag"}` for a message from an anonymous group member, else absent/null.
     #[serde(default)]
     anonymous: Option<Value>,
+    /// The implementation's id of the message (a number in v11; some send a string).
+    #[serde(default)]
+    message_id: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -267,6 +270,7 @@ fn parse_message(event: &Value, platform: &str) -> Result<Frame, FrameError> {
         text: text.to_owned(),
         at,
         anonymous,
+        platform_message_id: event.message_id.as_ref().and_then(id_string),
     }))
 }
 

@@ -33,6 +33,9 @@ pub(crate) struct MessageBody {
     /// The sender is an anonymous member of the group (see [`IncomingMessage::anonymous`]).
     #[serde(default)]
     anonymous: bool,
+    /// The platform's id of the message: with several instances on one database, a message
+    /// delivered to more than one of them is processed once (see [`IncomingMessage`]).
+    message_id: Option<String>,
 }
 
 pub(crate) async fn post(
@@ -49,6 +52,7 @@ pub(crate) async fn post(
         text: body.text,
         at: Utc::now(),
         anonymous: body.anonymous,
+        platform_message_id: body.message_id,
     };
     Ok(Json(deliver(&api.state, message).await?))
 }

@@ -278,6 +278,7 @@ pub fn message(user: &str, group: Option<&str>, text: &str) -> IncomingMessage {
         text: text.into(),
         at: chrono::Utc::now(),
         anonymous: false,
+        platform_message_id: None,
     }
 }
 
