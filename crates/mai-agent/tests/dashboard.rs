@@ -21,7 +21,7 @@ mod sse;
 use std::collections::BTreeMap;
 
 use browser::Browser;
-use common::{Served, answer, events, fake_model, serve_command, tool_call};
+use common::{Served, answer, events, fake_model, paced_fake_model, serve_command, tool_call};
 use fantoccini::Locator;
 use fantoccini::key::Key;
 use serde_json::{Value, json};
@@ -56,9 +56,17 @@ async fn instance() -> Instance {
         }
     })
     .await;
+    instance_with(model)
+}
+
+/// `serve` with the token and `model`.
+fn instance_with(model: MockServer) -> Instance {
     let dir = tempfile::tempdir().unwrap();
     let mut command = serve_command(dir.path(), &model, None);
-    command.env("MAI_AGENT__SERVER__AUTH_TOKEN", TOKEN);
+    command
+        .env("MAI_AGENT__SERVER__AUTH_TOKEN", TOKEN)
+        .env("MAI_AGENT__TASK__MAX_ROUNDS", "200")
+        .env("MAI_AGENT__TASK__REPEAT_FAIL_AFTER", "200");
     let served = Served::start(command);
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
@@ -124,7 +132,14 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
     token.send_keys("not-the-token").await.unwrap();
     browser.find("#login").await.click().await.unwrap();
     browser.wait_text("main", "refused").await;
-    // The page holds no token in its address, and the wrong one was not kept.
+    // The wrong token was not kept in the tab's storage.
+    let kept = browser
+        .client
+        .execute("return sessionStorage.getItem('mai-agent.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, Value::Null);
+    // The page holds no token in its address.
     assert!(
         !browser
             .client
@@ -719,5 +734,119 @@ async fn after_the_event_stream_reconnects_the_page_reads_its_tasks_again() {
     browser.wait_text("#live", "live").await;
     let rows = browser.wait_text("#task-rows", "cancelled").await;
     assert!(rows.contains("tidy"), "{rows}");
+    browser.close().await;
+}
+
+/// The highest round number the detail page's timeline shows.
+async fn last_round_shown(browser: &Browser) -> u64 {
+    let rounds = browser
+        .client
+        .execute(
+            "return Math.max(0, ...[...document.querySelectorAll('#timeline h3')]
+               .map(h => Number((h.textContent.match(/Round (\\d+)/) || [0, 0])[1])));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    rounds.as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn an_armed_cancel_and_the_opened_parts_of_the_timeline_survive_live_updates_of_a_running_task()
+ {
+    // A model that thinks a quarter of a second and always looks at its tasks again: the task
+    // runs on, and each round's events redraw its page.
+    let (model, _calls) = paced_fake_model(std::time::Duration::from_millis(250), |results, _| {
+        tool_call(&format!("t{results}"), "list_my_tasks", json!({}))
+    })
+    .await;
+    let instance = instance_with(model);
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let task = instance
+        .create(json!({"intent": "keep looking", "title": "busy"}))
+        .await;
+    let id = task["id"].as_str().unwrap();
+    logged_in(&browser, &instance, &format!("#/task/{id}")).await;
+    browser.wait_text("#task-title", "running").await;
+    browser.wait_text("#timeline", "Round 2").await;
+    // The person opens the system prompt and closes the first tool call.
+    let folds = browser
+        .client
+        .execute(
+            "const prompt = [...document.querySelectorAll('#timeline details')]
+               .find(d => d.querySelector('summary').textContent === 'System prompt');
+             const call = document.querySelector('#timeline details.call');
+             prompt.open = true;
+             call.open = false;
+             return [prompt.id, call.id];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let cancel = browser.find("#cancel").await;
+    cancel.click().await.unwrap();
+    assert_eq!(cancel.text().await.unwrap(), "Really cancel?");
+
+    // Two more rounds arrive and are drawn while the cancel is armed.
+    let seen = last_round_shown(&browser).await;
+    browser
+        .wait_text("#timeline", &format!("Round {}", seen + 2))
+        .await;
+    let state = browser
+        .client
+        .execute(
+            "return {cancel: document.getElementById('cancel').textContent,
+                     prompt: document.getElementById(arguments[0]).open,
+                     call: document.getElementById(arguments[1]).open};",
+            vec![folds[0].clone(), folds[1].clone()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        state,
+        json!({"cancel": "Really cancel?", "prompt": true, "call": false}),
+        "the redraw kept the armed cancel and what was opened and closed"
+    );
+    assert_eq!(instance.task(id).await["status"], "running");
+    // The second press cancels.
+    browser.find("#cancel").await.click().await.unwrap();
+    browser.wait_text("#task-title", "cancelled").await;
+    assert_eq!(instance.task(id).await["status"], "cancelled");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_focused_task_link_keeps_the_focus_when_a_new_task_arrives_live() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let first = instance
+        .create(json!({"intent": "later", "title": "first errand", "delay_seconds": 3600}))
+        .await;
+    let first = first["id"].as_str().unwrap();
+    logged_in(&browser, &instance, "").await;
+    browser.wait_text("#task-rows", "first errand").await;
+    let link = format!("link-{first}");
+    browser
+        .client
+        .execute(
+            "document.getElementById(arguments[0]).focus()",
+            vec![json!(link)],
+        )
+        .await
+        .unwrap();
+    instance
+        .create(json!({"intent": "later", "title": "second errand", "delay_seconds": 3600}))
+        .await;
+    browser.wait_text("#task-rows", "second errand").await;
+    let focused = browser
+        .client
+        .execute("return document.activeElement.id", vec![])
+        .await
+        .unwrap();
+    assert_eq!(focused, json!(link), "the focus stayed on the link");
     browser.close().await;
 }

@@ -6,7 +6,7 @@
 // task's).
 
 import { api, allTasks, failed } from './api.js';
-import { h, put, putKeeping, when, relative, taskLink, notice, throttle } from './dom.js';
+import { h, put, putKeeping, when, relative, taskLink, notice, throttle, latest } from './dom.js';
 
 export function render(main) {
   const list = h('div', { class: 'cards', id: 'waiting-list' });
@@ -15,17 +15,18 @@ export function render(main) {
     h('p', { class: 'muted' }, 'Tasks that asked a question and wait for its answer, the longest-waiting first.'),
     messages, list);
 
-  async function load() {
+  const load = latest(async (current) => {
     try {
       const tasks = await allTasks({ status: 'waiting_input', order: 'oldest' });
+      if (!current()) return;
       const since = (t) => t.metadata?.waiting?.asked_at || t.updated_at;
       tasks.sort((a, b) => new Date(since(a)) - new Date(since(b)));
       put(messages);
       putKeeping(list, tasks.length ? tasks.map((t) => card(t, since(t))) : h('p', { class: 'empty' }, 'Nobody is being waited for.'));
     } catch (error) {
-      failed(error, put(messages));
+      if (current()) failed(error, put(messages));
     }
-  }
+  });
 
   const reload = throttle(load, 500);
   load();
