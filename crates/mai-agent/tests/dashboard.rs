@@ -785,9 +785,13 @@ async fn an_armed_cancel_and_the_opened_parts_of_the_timeline_survive_live_updat
         )
         .await
         .unwrap();
-    let cancel = browser.find("#cancel").await;
-    cancel.click().await.unwrap();
-    assert_eq!(cancel.text().await.unwrap(), "Really cancel?");
+    // The page redraws its controls several times a second, so the test presses the button
+    // that is there at the moment, in the page itself (a WebDriver handle would go stale).
+    let press = "const cancel = document.getElementById('cancel');
+                 cancel.click();
+                 return document.getElementById('cancel').textContent;";
+    let shown = browser.client.execute(press, vec![]).await.unwrap();
+    assert_eq!(shown, "Really cancel?");
 
     // Two more rounds arrive and are drawn while the cancel is armed.
     let seen = last_round_shown(&browser).await;
@@ -811,7 +815,7 @@ async fn an_armed_cancel_and_the_opened_parts_of_the_timeline_survive_live_updat
     );
     assert_eq!(instance.task(id).await["status"], "running");
     // The second press cancels.
-    browser.find("#cancel").await.click().await.unwrap();
+    browser.client.execute(press, vec![]).await.unwrap();
     browser.wait_text("#task-title", "cancelled").await;
     assert_eq!(instance.task(id).await["status"], "cancelled");
     browser.close().await;

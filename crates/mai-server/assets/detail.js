@@ -96,6 +96,7 @@ function liveText(name, data) {
     case 'question': return 'Now: waiting for an answer';
     case 'status': return `Now: ${data.status.replace('_', ' ')} (${data.reason})`;
     case 'sent': return `Now: a message went to ${data.stream_id}`;
+    case 'changed': return `Now: ${data.status.replace('_', ' ')} (changed through the shared store)`;
     default: return `Now: ${name}`;
   }
 }

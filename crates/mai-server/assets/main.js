@@ -2,7 +2,9 @@
 // of the URL after `#`), the navigation, the skip link, and one live event stream shared by
 // every page. Each page module exports `render(main, context)` and returns `{ onEvent(name,
 // data), resync(), dispose() }`: `resync` re-reads the page's data whenever the stream
-// (re)connects or reports missed events (`lagged`), since events are not replayed.
+// (re)connects or reports missed events (`lagged`), since events are not replayed. A `changed`
+// event (on a shared store: a task changed through another instance, or through the store) is
+// a status change like any other to the pages.
 
 import { api, follow, token, AuthError } from './api.js';
 import { h, put, notice, throttle } from './dom.js';
@@ -89,7 +91,7 @@ function startEvents() {
   };
   follow((name, data) => {
     if (name === 'lagged') return; // onState('lagged') resyncs
-    if (name === 'status' || name === 'created') refreshWaitingCount();
+    if (name === 'status' || name === 'created' || name === 'changed') refreshWaitingCount();
     page?.onEvent?.(name, data);
   }, setState, stream.signal).catch((error) => {
     if (error instanceof AuthError) showLogin('The token was refused; type it again.');

@@ -50,7 +50,7 @@ export function render(main) {
   load();
   return {
     onEvent(name) {
-      if (name === 'status' || name === 'created') reload();
+      if (name === 'status' || name === 'created' || name === 'changed') reload();
     },
     resync: reload,
     dispose: () => {

@@ -93,7 +93,7 @@ export function render(main) {
   load();
   return {
     onEvent(name) {
-      if (name === 'created' || name === 'status') reload();
+      if (name === 'created' || name === 'status' || name === 'changed') reload();
     },
     resync: reload,
     dispose: reload.cancel,

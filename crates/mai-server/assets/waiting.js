@@ -32,7 +32,7 @@ export function render(main) {
   load();
   return {
     onEvent(name) {
-      if (name === 'status' || name === 'question' || name === 'created') reload();
+      if (name === 'status' || name === 'question' || name === 'created' || name === 'changed') reload();
     },
     resync: reload,
     dispose: reload.cancel,

@@ -506,6 +506,31 @@ async fn a_tasks_chat_its_reply_nested_live_and_the_health_history_from_the_metr
     let reply = mai_engine::reply_task_id(&record.unwrap());
     assert_eq!(reply_created["task_id"], reply.to_string());
     service.wait_status(reply, TaskStatus::Completed).await;
+    // The tasks it made, by its full id or the start of it, counted by status.
+    let short = &created["short_id"].as_str().unwrap()[..6];
+    for parent in [created["id"].as_str().unwrap(), short] {
+        let (status, body) = json_of(
+            served
+                .get(&format!("/v1/tasks?parent={parent}&counts=true"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["tasks"][0]["id"], reply.to_string(), "{body}");
+        assert_eq!(body["total"], 1, "{body}");
+        assert_eq!(body["counts"], json!({"completed": 1}), "{body}");
+    }
+    let (status, body) = json_of(
+        served
+            .get("/v1/tasks?parent=ffffffffff")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404, "a parent that names no task: {body}");
 
     let (status, body) = json_of(
         served
