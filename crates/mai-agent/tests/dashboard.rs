@@ -179,6 +179,17 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
     );
     browser.screenshot("tasks").await;
 
+    a_scheduled_task_pauses_and_resumes_on_the_schedules_page(&browser, &instance, weekly).await;
+    browser.close().await;
+}
+
+/// On the Schedules page (its cron task `water the plants` listed), task `weekly`, waiting for
+/// its time, pauses (its timer stops) and resumes to that time.
+async fn a_scheduled_task_pauses_and_resumes_on_the_schedules_page(
+    browser: &Browser,
+    instance: &Instance,
+    weekly: &str,
+) {
     browser
         .client
         .goto(&instance.url("#/schedules"))
@@ -203,7 +214,6 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
     browser.wait_text("main", "resume done").await;
     let resumed = instance.task(weekly).await;
     assert_eq!(resumed["status"], "scheduled", "{resumed}");
-    browser.close().await;
 }
 
 #[tokio::test]
