@@ -604,6 +604,25 @@ async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
     browser.close().await;
 }
 
+/// How many chat reads (`GET /v1/streams/…/messages`) the page has finished, once at least
+/// `least` have (the browser reports each finished request to a `PerformanceObserver`).
+async fn chat_reads(browser: &Browser, least: usize) -> usize {
+    let script = "const [least, done] = arguments;
+        const count = () => performance.getEntriesByType('resource')
+          .filter((e) => e.name.includes('/messages')).length;
+        if (count() >= least) { done(count()); return; }
+        const observer = new PerformanceObserver(() => {
+          if (count() >= least) { observer.disconnect(); done(count()); }
+        });
+        observer.observe({ type: 'resource' });";
+    let reads = browser
+        .client
+        .execute_async(script, vec![json!(least)])
+        .await
+        .unwrap();
+    usize::try_from(reads.as_u64().unwrap()).unwrap()
+}
+
 #[tokio::test]
 async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_live() {
     let instance = instance().await;
@@ -620,6 +639,14 @@ async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_l
         .await;
     logged_in(&browser, &instance, "#/waiting").await;
     browser.wait_text("#waiting-list", "paint the fence").await;
+    // The person opens the task's chat: it is read once.
+    browser
+        .find(&format!("#chat-{first} summary"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(chat_reads(&browser, 1).await, 1);
     let field = browser.find(&format!("#answer-{first}")).await;
     field.send_keys("dark gre").await.unwrap();
 
@@ -647,6 +674,17 @@ async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_l
         json!({"text": "dark gre", "focused": true, "caret": 8}),
         "the typed answer and the focus survive the update"
     );
+    // The chat stayed open, and the update read no chat again.
+    let open = browser
+        .client
+        .execute(
+            "return document.getElementById(arguments[0]).open",
+            vec![json!(format!("chat-{first}"))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(open, true);
+    assert_eq!(chat_reads(&browser, 1).await, 1);
     // Typing goes on where it stopped, and the answer sent is the whole of it.
     browser
         .client
