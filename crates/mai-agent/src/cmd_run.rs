@@ -247,7 +247,10 @@ fn show(event: &TaskEvent, is_reply: bool) {
             )
         }
         TaskEvent::Question { question, .. } => eprintln!("  ? {question}"),
-        TaskEvent::Answer { .. } | TaskEvent::Sent { .. } | TaskEvent::Created { .. } => {}
+        TaskEvent::Answer { .. }
+        | TaskEvent::Sent { .. }
+        | TaskEvent::Created { .. }
+        | TaskEvent::Changed { .. } => {}
     }
 }
 

@@ -21,7 +21,7 @@ mod sse;
 use std::collections::BTreeMap;
 
 use browser::Browser;
-use common::{Served, answer, events, fake_model, serve_command, tool_call};
+use common::{Served, answer, events, fake_model, paced_fake_model, serve_command, tool_call};
 use fantoccini::Locator;
 use fantoccini::key::Key;
 use serde_json::{Value, json};
@@ -56,9 +56,17 @@ async fn instance() -> Instance {
         }
     })
     .await;
+    instance_with(model)
+}
+
+/// `serve` with the token and `model`.
+fn instance_with(model: MockServer) -> Instance {
     let dir = tempfile::tempdir().unwrap();
     let mut command = serve_command(dir.path(), &model, None);
-    command.env("MAI_AGENT__SERVER__AUTH_TOKEN", TOKEN);
+    command
+        .env("MAI_AGENT__SERVER__AUTH_TOKEN", TOKEN)
+        .env("MAI_AGENT__TASK__MAX_ROUNDS", "200")
+        .env("MAI_AGENT__TASK__REPEAT_FAIL_AFTER", "200");
     let served = Served::start(command);
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
@@ -124,7 +132,14 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
     token.send_keys("not-the-token").await.unwrap();
     browser.find("#login").await.click().await.unwrap();
     browser.wait_text("main", "refused").await;
-    // The page holds no token in its address, and the wrong one was not kept.
+    // The wrong token was not kept in the tab's storage.
+    let kept = browser
+        .client
+        .execute("return sessionStorage.getItem('mai-agent.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, Value::Null);
+    // The page holds no token in its address.
     assert!(
         !browser
             .client
@@ -164,6 +179,17 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
     );
     browser.screenshot("tasks").await;
 
+    a_scheduled_task_pauses_and_resumes_on_the_schedules_page(&browser, &instance, weekly).await;
+    browser.close().await;
+}
+
+/// On the Schedules page (its cron task `water the plants` listed), task `weekly`, waiting for
+/// its time, pauses (its timer stops) and resumes to that time.
+async fn a_scheduled_task_pauses_and_resumes_on_the_schedules_page(
+    browser: &Browser,
+    instance: &Instance,
+    weekly: &str,
+) {
     browser
         .client
         .goto(&instance.url("#/schedules"))
@@ -188,7 +214,6 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
     browser.wait_text("main", "resume done").await;
     let resumed = instance.task(weekly).await;
     assert_eq!(resumed["status"], "scheduled", "{resumed}");
-    browser.close().await;
 }
 
 #[tokio::test]
@@ -579,6 +604,25 @@ async fn the_pages_work_by_keyboard_on_a_phone_in_the_dark_theme() {
     browser.close().await;
 }
 
+/// How many chat reads (`GET /v1/streams/…/messages`) the page has finished, once at least
+/// `least` have (the browser reports each finished request to a `PerformanceObserver`).
+async fn chat_reads(browser: &Browser, least: usize) -> usize {
+    let script = "const [least, done] = arguments;
+        const count = () => performance.getEntriesByType('resource')
+          .filter((e) => e.name.includes('/messages')).length;
+        if (count() >= least) { done(count()); return; }
+        const observer = new PerformanceObserver(() => {
+          if (count() >= least) { observer.disconnect(); done(count()); }
+        });
+        observer.observe({ type: 'resource' });";
+    let reads = browser
+        .client
+        .execute_async(script, vec![json!(least)])
+        .await
+        .unwrap();
+    usize::try_from(reads.as_u64().unwrap()).unwrap()
+}
+
 #[tokio::test]
 async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_live() {
     let instance = instance().await;
@@ -595,6 +639,14 @@ async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_l
         .await;
     logged_in(&browser, &instance, "#/waiting").await;
     browser.wait_text("#waiting-list", "paint the fence").await;
+    // The person opens the task's chat: it is read once.
+    browser
+        .find(&format!("#chat-{first} summary"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(chat_reads(&browser, 1).await, 1);
     let field = browser.find(&format!("#answer-{first}")).await;
     field.send_keys("dark gre").await.unwrap();
 
@@ -622,6 +674,17 @@ async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_l
         json!({"text": "dark gre", "focused": true, "caret": 8}),
         "the typed answer and the focus survive the update"
     );
+    // The chat stayed open, and the update read no chat again.
+    let open = browser
+        .client
+        .execute(
+            "return document.getElementById(arguments[0]).open",
+            vec![json!(format!("chat-{first}"))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(open, true);
+    assert_eq!(chat_reads(&browser, 1).await, 1);
     // Typing goes on where it stopped, and the answer sent is the whole of it.
     browser
         .client
@@ -719,5 +782,123 @@ async fn after_the_event_stream_reconnects_the_page_reads_its_tasks_again() {
     browser.wait_text("#live", "live").await;
     let rows = browser.wait_text("#task-rows", "cancelled").await;
     assert!(rows.contains("tidy"), "{rows}");
+    browser.close().await;
+}
+
+/// The highest round number the detail page's timeline shows.
+async fn last_round_shown(browser: &Browser) -> u64 {
+    let rounds = browser
+        .client
+        .execute(
+            "return Math.max(0, ...[...document.querySelectorAll('#timeline h3')]
+               .map(h => Number((h.textContent.match(/Round (\\d+)/) || [0, 0])[1])));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    rounds.as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn an_armed_cancel_and_the_opened_parts_of_the_timeline_survive_live_updates_of_a_running_task()
+ {
+    // A model that thinks a quarter of a second and always looks at its tasks again: the task
+    // runs on, and each round's events redraw its page.
+    let (model, _calls) = paced_fake_model(std::time::Duration::from_millis(250), |results, _| {
+        tool_call(&format!("t{results}"), "list_my_tasks", json!({}))
+    })
+    .await;
+    let instance = instance_with(model);
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let task = instance
+        .create(json!({"intent": "keep looking", "title": "busy"}))
+        .await;
+    let id = task["id"].as_str().unwrap();
+    logged_in(&browser, &instance, &format!("#/task/{id}")).await;
+    browser.wait_text("#task-title", "running").await;
+    browser.wait_text("#timeline", "Round 2").await;
+    // The person opens the system prompt and closes the first tool call.
+    let folds = browser
+        .client
+        .execute(
+            "const prompt = [...document.querySelectorAll('#timeline details')]
+               .find(d => d.querySelector('summary').textContent === 'System prompt');
+             const call = document.querySelector('#timeline details.call');
+             prompt.open = true;
+             call.open = false;
+             return [prompt.id, call.id];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    // The page redraws its controls several times a second, so the test presses the button
+    // that is there at the moment, in the page itself (a WebDriver handle would go stale).
+    let press = "const cancel = document.getElementById('cancel');
+                 cancel.click();
+                 return document.getElementById('cancel').textContent;";
+    let shown = browser.client.execute(press, vec![]).await.unwrap();
+    assert_eq!(shown, "Really cancel?");
+
+    // Two more rounds arrive and are drawn while the cancel is armed.
+    let seen = last_round_shown(&browser).await;
+    browser
+        .wait_text("#timeline", &format!("Round {}", seen + 2))
+        .await;
+    let state = browser
+        .client
+        .execute(
+            "return {cancel: document.getElementById('cancel').textContent,
+                     prompt: document.getElementById(arguments[0]).open,
+                     call: document.getElementById(arguments[1]).open};",
+            vec![folds[0].clone(), folds[1].clone()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        state,
+        json!({"cancel": "Really cancel?", "prompt": true, "call": false}),
+        "the redraw kept the armed cancel and what was opened and closed"
+    );
+    assert_eq!(instance.task(id).await["status"], "running");
+    // The second press cancels.
+    browser.client.execute(press, vec![]).await.unwrap();
+    browser.wait_text("#task-title", "cancelled").await;
+    assert_eq!(instance.task(id).await["status"], "cancelled");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_focused_task_link_keeps_the_focus_when_a_new_task_arrives_live() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let first = instance
+        .create(json!({"intent": "later", "title": "first errand", "delay_seconds": 3600}))
+        .await;
+    let first = first["id"].as_str().unwrap();
+    logged_in(&browser, &instance, "").await;
+    browser.wait_text("#task-rows", "first errand").await;
+    let link = format!("link-{first}");
+    browser
+        .client
+        .execute(
+            "document.getElementById(arguments[0]).focus()",
+            vec![json!(link)],
+        )
+        .await
+        .unwrap();
+    instance
+        .create(json!({"intent": "later", "title": "second errand", "delay_seconds": 3600}))
+        .await;
+    browser.wait_text("#task-rows", "second errand").await;
+    let focused = browser
+        .client
+        .execute("return document.activeElement.id", vec![])
+        .await
+        .unwrap();
+    assert_eq!(focused, json!(link), "the focus stayed on the link");
     browser.close().await;
 }

@@ -3,7 +3,8 @@
 //! call never runs again); a cancel given to one instance stops the task running on another; an
 //! answer given through one instance resumes a task that asked through another; a cron task
 //! fires once per fire time with two instances armed; a message that two instances receive from
-//! one OneBot implementation is processed by one.
+//! one OneBot implementation is processed by one; a task created and paused through one instance
+//! shows live on the other's event stream (`changed` events), as its dashboard needs.
 //!
 //! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
 //! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
@@ -14,6 +15,8 @@
 mod common;
 #[path = "../../../testing/postgres.rs"]
 mod pg_cluster;
+#[path = "../../../testing/sse.rs"]
+mod sse;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -598,4 +601,47 @@ async fn a_message_two_instances_receive_from_one_onebot_is_processed_by_one_of_
     .await
     .unwrap();
     assert_eq!(seen, ["qq:7", "qq:8"]);
+}
+
+/// The next `changed` event of task `id` on `stream` (bounded), skipping the others.
+async fn next_change(stream: &mut sse::SseReader, id: &str) -> Value {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let (name, data) = stream.next().await.expect("the event stream goes on");
+            if name == "changed" && data["task_id"] == id {
+                return data;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no `changed` event of task {id}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_created_and_paused_through_one_instance_shows_live_on_the_others_event_stream() {
+    let Some(cluster) = Cluster::start("").await else {
+        return;
+    };
+    let (model, _) = model(answer_at_once, None).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let b = cluster.serve("b", &model, data.path());
+    let client = reqwest::Client::new();
+    let mut on_a = sse::SseReader::new(events(&client, &a.base).await);
+    let id = create_with(
+        &client,
+        &b.base,
+        json!({"intent": "later", "delay_seconds": 3600}),
+    )
+    .await;
+    let created = next_change(&mut on_a, &id).await;
+    assert_eq!(created["status"], "scheduled", "{created}");
+    let paused = client
+        .post(format!("{}/v1/tasks/{id}/pause", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused.status(), 200);
+    let change = next_change(&mut on_a, &id).await;
+    assert_eq!(change["status"], "paused", "{change}");
 }

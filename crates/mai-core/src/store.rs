@@ -87,8 +87,35 @@ pub struct TaskFilter {
     /// Any of these statuses (empty = all).
     pub statuses: Vec<TaskStatus>,
     pub level: Option<TaskLevel>,
+    /// The tasks this task made: its sub-tasks and its reply tasks.
+    pub parent: Option<TaskId>,
+    /// Created at or after this time.
+    pub created_since: Option<DateTime<Utc>>,
+    /// Created before this time.
+    pub created_before: Option<DateTime<Utc>>,
+    /// A piece of the title (ASCII letters in any case), or the start of the id (hex, dashes
+    /// optional).
+    pub search: Option<String>,
     /// At most this many, newest first (`None` = no limit).
     pub limit: Option<u32>,
+}
+
+impl TaskFilter {
+    /// The id prefix [`TaskFilter::search`] can stand for: its hex digits, lowercase, dashes
+    /// dropped (the stored id key's form); `None` when it has anything else or is too long.
+    pub fn search_id_prefix(&self) -> Option<String> {
+        let text = self.search.as_deref()?.trim();
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        let hex = hex.to_ascii_lowercase();
+        (!hex.is_empty() && hex.len() <= 32 && hex.chars().all(|c| c.is_ascii_hexdigit()))
+            .then_some(hex)
+    }
+
+    /// [`TaskFilter::search`] as the piece of a title to look for (lowercase), if any.
+    pub fn search_title(&self) -> Option<String> {
+        let text = self.search.as_deref()?.trim();
+        (!text.is_empty()).then(|| text.to_ascii_lowercase())
+    }
 }
 
 /// What the caps on task creation count, in one read ([`TaskStore::counts`]).
@@ -271,6 +298,13 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError>;
 
     async fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
+
+    /// How many tasks match `filter` per status (its statuses and limit aside), in one grouped
+    /// read; statuses with no task are left out.
+    async fn count_by_status(
+        &self,
+        filter: &TaskFilter,
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError>;
 
     /// The figures the caps on task creation need.
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError>;

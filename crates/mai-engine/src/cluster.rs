@@ -17,6 +17,7 @@ use mai_core::task::{PauseCause, TaskId, TaskStatus};
 
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::events::TaskEvent;
 use crate::run::StopReason;
 
 /// The name this process gives itself: `[server] instance_id`, else its host name and process
@@ -215,7 +216,14 @@ impl Engine {
             return Ok(());
         }
         match self.store.get(id).await? {
-            Some(task) => self.take_up(task, Taking::Notice).await,
+            Some(task) => {
+                // What another instance did shows on this one's event stream too.
+                self.emit(TaskEvent::Changed {
+                    task_id: id,
+                    status: task.status,
+                });
+                self.take_up(task, Taking::Notice).await
+            }
             None => {
                 self.schedule.withdraw(id);
                 Ok(())

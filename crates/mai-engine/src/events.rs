@@ -56,6 +56,14 @@ pub enum TaskEvent {
         stream_id: StreamId,
         text: String,
     },
+    /// On a shared store: the task was created or changed through the store (by another
+    /// instance, or by this one), and this instance read it again on the store's notice. The
+    /// status is the one it read; a viewer reads the task again. It is the only event an
+    /// instance gives of what another instance does.
+    Changed {
+        task_id: TaskId,
+        status: TaskStatus,
+    },
 }
 
 impl TaskEvent {
@@ -68,7 +76,8 @@ impl TaskEvent {
             | TaskEvent::ToolResult { task_id, .. }
             | TaskEvent::Question { task_id, .. }
             | TaskEvent::Answer { task_id, .. }
-            | TaskEvent::Sent { task_id, .. } => *task_id,
+            | TaskEvent::Sent { task_id, .. }
+            | TaskEvent::Changed { task_id, .. } => *task_id,
         }
     }
 }

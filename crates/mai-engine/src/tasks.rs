@@ -332,6 +332,33 @@ impl Engine {
         }
     }
 
+    /// How many of the tasks the caller may see match `filter`, per status (its statuses and
+    /// limit aside): one grouped read in the store, except for a caller whose tasks the store
+    /// cannot tell apart (no requester), whose visible tasks are read and counted.
+    pub async fn count_by_status(
+        &self,
+        caller: &Caller,
+        mut filter: TaskFilter,
+    ) -> Result<Vec<(TaskStatus, u64)>, EngineError> {
+        if caller.role == Role::Admin {
+            return Ok(self.store.count_by_status(&filter).await?);
+        }
+        if let Some(person) = &caller.requester {
+            filter.requester = Some(person.clone());
+            return Ok(self.store.count_by_status(&filter).await?);
+        }
+        filter.statuses.clear();
+        filter.limit = None;
+        let mut counts: Vec<(TaskStatus, u64)> = Vec::new();
+        for task in self.list(caller, filter).await? {
+            match counts.iter_mut().find(|(status, _)| *status == task.status) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((task.status, 1)),
+            }
+        }
+        Ok(counts)
+    }
+
     /// Every task of the planner's stream, whoever it acts for: a planner may see that they
     /// exist (what it may see of each is the planner tools' business, see `may_see`).
     pub(crate) async fn list_stream(

@@ -82,6 +82,12 @@ impl TaskStore for GatedStore {
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         self.inner.counts(query).await
     }
+    async fn count_by_status(
+        &self,
+        filter: &TaskFilter,
+    ) -> Result<Vec<(mai_core::task::TaskStatus, u64)>, StoreError> {
+        self.inner.count_by_status(filter).await
+    }
     async fn usage(
         &self,
         query: &mai_core::usage::UsageQuery,

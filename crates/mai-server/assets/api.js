@@ -25,19 +25,22 @@ export class ApiError extends Error {
   }
 }
 
-function headers(json) {
+function headers(json, bearer = token.get()) {
   const out = { Accept: 'application/json', 'X-Mai-Client': 'dashboard' };
-  const value = token.get();
-  if (value) out.Authorization = `Bearer ${value}`;
+  if (bearer) out.Authorization = `Bearer ${bearer}`;
   if (json) out['Content-Type'] = 'application/json';
   return out;
 }
 
-/** A JSON call; `ok` lists the non-2xx statuses whose body is still an answer (503 health). */
-export async function api(path, { method = 'GET', body, ok = [] } = {}) {
+/** The statuses a task can be paused from (and cancelled from, with `paused` itself). */
+export const PAUSABLE = ['scheduled', 'pending', 'running', 'waiting_input'];
+
+/** A JSON call; `ok` lists the non-2xx statuses whose body is still an answer (503 health);
+ *  `bearer` tries a token other than the kept one (the login, before keeping it). */
+export async function api(path, { method = 'GET', body, ok = [], bearer } = {}) {
   const response = await fetch(path, {
     method,
-    headers: headers(body !== undefined),
+    headers: headers(body !== undefined, bearer ?? token.get()),
     body: body === undefined ? undefined : JSON.stringify(body),
     cache: 'no-store',
     credentials: 'omit',
@@ -51,19 +54,28 @@ export async function api(path, { method = 'GET', body, ok = [] } = {}) {
   return data;
 }
 
-/** Every task `GET /v1/tasks?{query}` matches, reading page after page (`next_offset`). */
-export async function allTasks(query) {
+/** The first `wanted` tasks `GET /v1/tasks?{query}` matches, reading page after page
+ *  (`next_offset`): the tasks, the first answer (its `total` and `counts`), and the offset of
+ *  the rest (`null`: none left). */
+export async function taskPages(query, wanted = Infinity) {
   const tasks = [];
+  let first = null;
   let offset = 0;
-  while (offset !== null) {
+  while (offset !== null && tasks.length < wanted) {
     const q = new URLSearchParams(query);
-    q.set('limit', '500');
     q.set('offset', String(offset));
+    q.set('limit', String(Math.min(500, wanted - tasks.length)));
     const page = await api(`/v1/tasks?${q}`);
+    first ??= page;
     tasks.push(...page.tasks);
     offset = page.next_offset ?? null;
   }
-  return tasks;
+  return { tasks, first, next: offset };
+}
+
+/** Every task `GET /v1/tasks?{query}` matches. */
+export async function allTasks(query) {
+  return (await taskPages(query)).tasks;
 }
 
 /** Reads `GET /v1/events` until `signal` aborts, calling `onEvent(name, data)` for each event and

@@ -8,8 +8,8 @@
 // the answer and inject boxes, and the focus, survive the reload. The latest live event shows
 // above the timeline.
 
-import { api, failed } from './api.js';
-import { h, put, putKeeping, badge, when, relative, taskLink, triggerText, notice, throttle } from './dom.js';
+import { api, allTasks, failed, PAUSABLE } from './api.js';
+import { h, put, putKeeping, badge, when, relative, taskLink, triggerText, notice, throttle, latest, twoStep } from './dom.js';
 
 const SUBAGENT_TOOLS = ['ask_subagent', 'ask_subagents'];
 
@@ -17,33 +17,39 @@ export function render(main, id) {
   const head = h('div');
   const controls = h('section', { class: 'card controls', 'aria-label': 'Controls' });
   const messages = h('div', { id: 'detail-messages' });
+  // A failed read (kept apart from the answers to the controls, which a reload must not wipe).
+  const problems = h('div');
   const now = h('p', { class: 'live-line muted', role: 'status' });
   const usage = h('div');
   const timeline = h('ol', { class: 'timeline', id: 'timeline' });
   const replies = h('div');
-  put(main, head, messages, controls, usage, h('h2', {}, 'Timeline'), now, timeline, replies);
+  put(main, head, problems, messages, controls, usage, h('h2', {}, 'Timeline'), now, timeline, replies);
 
   let task = null;
   // The tasks this one made (sub-tasks, reply tasks): their events reload the page too.
   let children = new Set();
-  async function load() {
+  // Cancel asks first; whether it was pressed once survives the redraws of live updates.
+  const confirm = twoStep();
+  const load = latest(async (current) => {
     try {
       const [history, made, record] = await Promise.all([
         api(`/v1/tasks/${encodeURIComponent(id)}/history`),
-        api(`/v1/tasks?parent=${encodeURIComponent(id)}&limit=100`),
+        allTasks({ parent: id }),
         api(`/v1/tasks/${encodeURIComponent(id)}`),
       ]);
+      if (!current()) return;
       task = history.task;
+      put(problems);
       showHead(head, task);
-      showControls(controls, task, act);
+      showControls(controls, task, act, confirm);
       showUsage(usage, record.usage ?? task.usage);
-      put(timeline, buildTimeline(history));
-      children = new Set(made.tasks.map((t) => t.id));
-      showChildren(replies, made.tasks);
+      putKeeping(timeline, buildTimeline(history));
+      children = new Set(made.map((t) => t.id));
+      showChildren(replies, made);
     } catch (error) {
-      failed(error, put(messages));
+      if (current()) failed(error, put(problems));
     }
-  }
+  });
 
   async function act(path, body, done) {
     put(messages);
@@ -62,7 +68,11 @@ export function render(main, id) {
   load();
   return {
     onEvent(name, data) {
-      if (!task) return;
+      // Not read yet (the first read failed): any event is a reason to try again.
+      if (!task) {
+        reload();
+        return;
+      }
       if (data.task_id === task.id) {
         now.textContent = liveText(name, data);
         reload();
@@ -71,7 +81,10 @@ export function render(main, id) {
       }
     },
     resync: reload,
-    dispose: reload.cancel,
+    dispose: () => {
+      reload.cancel();
+      confirm.dispose();
+    },
   };
 }
 
@@ -83,6 +96,7 @@ function liveText(name, data) {
     case 'question': return 'Now: waiting for an answer';
     case 'status': return `Now: ${data.status.replace('_', ' ')} (${data.reason})`;
     case 'sent': return `Now: a message went to ${data.stream_id}`;
+    case 'changed': return `Now: ${data.status.replace('_', ' ')} (changed through the shared store)`;
     default: return `Now: ${name}`;
   }
 }
@@ -93,8 +107,8 @@ function fact(label, value) {
 
 function showHead(head, task) {
   const m = task.metadata || {};
-  put(head,
-    h('p', { class: 'crumbs' }, h('a', { href: '#/tasks' }, 'Tasks'), ' / ', task.short_id),
+  putKeeping(head,
+    h('p', { class: 'crumbs' }, h('a', { href: '#/tasks', id: 'crumb-tasks' }, 'Tasks'), ' / ', task.short_id),
     h('h1', { id: 'task-title' }, task.title, ' ', badge(task.status)),
     h('section', { class: 'card' },
       h('h2', {}, 'Intent'),
@@ -115,26 +129,17 @@ function showHead(head, task) {
         task.status === 'scheduled' ? fact('Next run', `${when(task.scheduled_at)} (${relative(task.scheduled_at)})`) : null,
         fact('Rounds', String(m.rounds || 0)),
         fact('Running time', `${m.runtime_secs || 0} s`),
-        m.parent_task_id ? fact('Made by', h('a', { href: `#/task/${encodeURIComponent(m.parent_task_id)}` }, m.parent_task_id.slice(0, 8))) : null)));
+        m.parent_task_id ? fact('Made by', h('a', { href: `#/task/${encodeURIComponent(m.parent_task_id)}`, id: 'made-by' }, m.parent_task_id.slice(0, 8))) : null)));
 }
 
-function showControls(controls, task, act) {
+function showControls(controls, task, act, confirm) {
   const s = task.status;
-  const stoppable = ['scheduled', 'pending', 'running', 'waiting_input'].includes(s);
   const button = (label, id, enabled, onclick) => h('button', { type: 'button', id, disabled: !enabled, onclick }, label);
   const parts = [h('h2', {}, 'Controls'), h('div', { class: 'actions' },
     // Two steps, so a stray click or key press does not cancel: the button asks first.
-    button('Cancel', 'cancel', stoppable || s === 'paused', (event) => {
-      const b = event.currentTarget;
-      if (b.dataset.armed !== 'yes') {
-        b.dataset.armed = 'yes';
-        b.textContent = 'Really cancel?';
-        b.classList.add('danger');
-        return;
-      }
-      act('cancel', undefined, (a) => (a.stopping ? 'Stopping at its next step…' : 'Cancelled.'));
-    }),
-    button('Pause', 'pause', ['scheduled', 'pending', 'running', 'waiting_input'].includes(s), () => act('pause', undefined, (a) => (a.stopping ? 'Pausing at its next step…' : 'Paused.'))),
+    confirm({ id: 'cancel', disabled: !(PAUSABLE.includes(s) || s === 'paused') }, 'Cancel', 'Really cancel?',
+      () => act('cancel', undefined, (a) => (a.stopping ? 'Stopping at its next step…' : 'Cancelled.'))),
+    button('Pause', 'pause', PAUSABLE.includes(s), () => act('pause', undefined, (a) => (a.stopping ? 'Pausing at its next step…' : 'Paused.'))),
     button('Resume', 'resume', s === 'paused', () => act('resume', undefined, (a) => (a.task.status === 'scheduled' ? 'Resumed: it waits for its time again.' : 'Resumed: queued again.'))))];
   const question = task.metadata?.waiting?.question;
   if (s === 'waiting_input' && question) {
@@ -220,26 +225,28 @@ function roundNode(round, entries, intent) {
     if (e.kind === 'message' && e.payload?.role === 'tool') results.set(e.payload.tool_call_id, e);
   }
   const body = [];
-  for (const e of entries) {
+  // Stable ids (round and place in it), so a redraw keeps what the person opened or closed.
+  for (const [n, e] of entries.entries()) {
     const p = e.payload || {};
+    const fold = `fold-${round}-${n}`;
     if (e.kind === 'injection') {
       body.push(h('div', { class: 'ev injection' }, h('b', {}, 'Instruction injected'), h('p', { class: 'text' }, p.content ?? '')));
     } else if (e.kind === 'note') {
       body.push(h('div', { class: 'ev note' }, h('b', {}, 'Note'), h('p', { class: 'text' }, p.content ?? pretty(p))));
     } else if (p.role === 'system') {
-      body.push(h('details', { class: 'ev' }, h('summary', {}, 'System prompt'), h('pre', {}, p.content ?? '')));
+      body.push(h('details', { class: 'ev', id: fold }, h('summary', {}, 'System prompt'), h('pre', {}, p.content ?? '')));
     } else if (p.role === 'user') {
       body.push(h('div', { class: 'ev user' }, h('b', {}, e === intent ? 'Intent' : 'Message'), h('p', { class: 'text' }, p.content ?? '')));
     } else if (p.role === 'assistant') {
-      if (p.reasoning_content) body.push(h('details', { class: 'ev' }, h('summary', {}, 'Reasoning'), h('pre', {}, p.reasoning_content)));
+      if (p.reasoning_content) body.push(h('details', { class: 'ev', id: `${fold}-reasoning` }, h('summary', {}, 'Reasoning'), h('pre', {}, p.reasoning_content)));
       if (p.content) body.push(h('div', { class: 'ev model' }, h('b', {}, 'Model'), h('p', { class: 'text' }, p.content)));
-      for (const call of p.tool_calls || []) body.push(callNode(call, e, results.get(call.id)));
+      for (const [c, call] of (p.tool_calls || []).entries()) body.push(callNode(call, e, results.get(call.id), `${fold}-call-${c}`));
     }
   }
   return h('li', { class: 'ev round' }, h('h3', {}, round === 0 ? 'Start' : `Round ${round}`, ' ', h('time', {}, when(entries[0].at))), body);
 }
 
-function callNode(call, asked, result) {
+function callNode(call, asked, result, fold) {
   const output = result ? result.payload.content ?? '' : null;
   const took = result ? ms(asked.at, result.at) : '';
   if (call.name === 'ask_user') {
@@ -256,7 +263,7 @@ function callNode(call, asked, result) {
       h('b', {}, 'Answer'), h('p', { class: 'text' }, answer ?? (result ? output : 'waiting…')));
   }
   const nested = SUBAGENT_TOOLS.includes(call.name);
-  return h('details', { class: `ev call${nested ? ' subagent' : ''}`, open: true },
+  return h('details', { class: `ev call${nested ? ' subagent' : ''}`, id: fold, open: true },
     h('summary', {}, h('code', {}, call.name), nested ? ' (sub-agents)' : '', took ? ` · ${took}` : '', result ? '' : ' · no result yet'),
     h('div', { class: nested ? 'nested' : '' },
       h('b', {}, 'Arguments'), h('pre', {}, pretty(call.arguments)),
@@ -270,7 +277,7 @@ function showChildren(where, children) {
   }
   const replies = children.filter((t) => t.metadata?.is_reply);
   const subtasks = children.filter((t) => !t.metadata?.is_reply);
-  put(where,
+  putKeeping(where,
     replies.length ? h('section', { class: 'card', id: 'replies' }, h('h2', {}, 'Reply parts'),
       replies.map((r) => {
         const d = r.metadata.delivery || { parts: [], sent: 0 };

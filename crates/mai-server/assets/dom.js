@@ -43,8 +43,8 @@ export function put(el, ...children) {
 /** Replaces everything inside `el` like `put`, for content rebuilt by live updates while a
  *  person may be typing in it: what was typed into its fields (inputs, text areas, selects with
  *  an id) goes into the new fields with the same id, and the element that had the focus (by its
- *  id) gets it back, caret included; an opened `<details>` with an id stays open. Fields and
- *  controls that must survive need stable ids. */
+ *  id) gets it back, caret included; a `<details>` with an id keeps its state (opened stays
+ *  open, closed stays closed). Fields, links and controls that must survive need stable ids. */
 export function putKeeping(el, ...children) {
   const typed = new Map();
   for (const field of el.querySelectorAll('input[id], textarea[id], select[id]')) {
@@ -52,7 +52,7 @@ export function putKeeping(el, ...children) {
       typed.set(field.id, { value: field.value, start: field.selectionStart, end: field.selectionEnd });
     }
   }
-  const open = [...el.querySelectorAll('details[id][open]')].map((d) => d.id);
+  const folds = [...el.querySelectorAll('details[id]')].map((d) => [d.id, d.open]);
   const active = document.activeElement;
   const focused = active && active !== el && el.contains(active) && active.id ? active.id : null;
   put(el, ...children);
@@ -72,7 +72,10 @@ export function putKeeping(el, ...children) {
       }
     }
   }
-  for (const id of open) inside(id)?.setAttribute('open', '');
+  for (const [id, open] of folds) {
+    const fold = inside(id);
+    if (fold) fold.open = open;
+  }
   if (focused) inside(focused)?.focus({ preventScroll: true });
   return el;
 }
@@ -117,9 +120,12 @@ export function badge(status) {
   return h('span', { class: `status s-${String(status).replace(/[^a-z_]/g, '')}` }, String(status).replace('_', ' '));
 }
 
-/** A link to a task's detail page (the id is a UUID; encoded anyway). */
+/** A link to a task's detail page (the id is a UUID; encoded anyway), with a stable id
+ *  (`link-<task id>`) so a redraw gives the keyboard focus back to it; a task without a title
+ *  shows its short id. */
 export function taskLink(task, text) {
-  return h('a', { href: `#/task/${encodeURIComponent(task.id)}` }, text ?? task.title ?? task.short_id);
+  return h('a', { href: `#/task/${encodeURIComponent(task.id)}`, id: `link-${task.id}` },
+    text || task.title || task.short_id);
 }
 
 /** What a trigger means, in words. */
@@ -166,4 +172,53 @@ export function throttle(fn, ms = 500) {
     timer = null;
   };
   return throttled;
+}
+
+/** For a page's reads, which live updates can overlap: `const load = latest(async (current) =>
+ *  …)`. `current()` turns false once a newer call has started, so the answer of an older,
+ *  slower read is dropped instead of being drawn over a newer one. */
+export function latest(read) {
+  let generation = 0;
+  return (...args) => {
+    const mine = ++generation;
+    return read(() => mine === generation, ...args);
+  };
+}
+
+/** Two-step buttons for what cannot be undone (Cancel → "Really cancel?"), in content that live
+ *  updates redraw: the first press arms the button for `ms`, a second press within that time
+ *  confirms. Whether a button is armed is kept here, by the button's id, not on the element, so
+ *  a redraw in between keeps it. `make(props, label, ask, confirm)` builds one (props need an
+ *  id); `make.dispose()` stops the timers. */
+export function twoStep(ms = 6000) {
+  const armed = new Map();
+  const look = (button, on, label, ask) => {
+    button.textContent = on ? ask : label;
+    button.classList.toggle('danger', on);
+  };
+  const make = (props, label, ask, confirm) => {
+    const { id } = props;
+    const button = h('button', { type: 'button', ...props, onclick: () => {
+      if (armed.has(id)) {
+        clearTimeout(armed.get(id));
+        armed.delete(id);
+        look(button, false, label, ask);
+        confirm();
+        return;
+      }
+      armed.set(id, setTimeout(() => {
+        armed.delete(id);
+        const shown = document.getElementById(id);
+        if (shown) look(shown, false, label, ask);
+      }, ms));
+      look(button, true, label, ask);
+    } });
+    look(button, armed.has(id), label, ask);
+    return button;
+  };
+  make.dispose = () => {
+    for (const timer of armed.values()) clearTimeout(timer);
+    armed.clear();
+  };
+  return make;
 }

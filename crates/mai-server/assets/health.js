@@ -8,7 +8,7 @@
 // events, so it never drifts.
 
 import { api, failed } from './api.js';
-import { h, put, when, throttle } from './dom.js';
+import { h, put, when, throttle, latest } from './dom.js';
 import { lineChart } from './charts.js';
 
 export function render(main) {
@@ -19,19 +19,17 @@ export function render(main) {
     h('p', { class: 'muted' }, 'Sampled by the server from its metrics every 10 s and kept in memory for an hour (since this serve started).'),
     charts);
 
-  async function load() {
-    try {
-      const [report, history] = await Promise.all([api('/v1/health', { ok: [503] }), api('/v1/health/history')]);
-      put(messages);
-      put(parts, instance(report), part('Store', report.store.ok, report.store.error),
-        part('Model', report.model.ok, report.model.error, report.model.last_call_at ? `last call ${when(report.model.last_call_at)}` : 'not called yet'),
-        Object.entries(report.channels || {}).map(([name, c]) => part(`Channel ${name}`, c.state === 'local' || c.connected, c.last_error, c.state)),
-        part('MaiBot bridge', report.bridge.state !== 'disconnected', null, report.bridge.state));
-      put(charts, buildCharts([...history.samples, history.now]));
-    } catch (error) {
-      failed(error, put(messages));
-    }
-  }
+  // The report and the history are drawn each on its own: one failing (the store down) does
+  // not blank the other.
+  const load = latest(async (current) => {
+    const [report, history] = await Promise.allSettled([api('/v1/health', { ok: [503] }), api('/v1/health/history')]);
+    if (!current()) return;
+    put(messages);
+    if (report.status === 'fulfilled') put(parts, partsOf(report.value));
+    else failed(report.reason, put(parts));
+    if (history.status === 'fulfilled') put(charts, buildCharts([...history.value.samples, history.value.now]));
+    else failed(history.reason, put(charts));
+  });
 
   const reload = throttle(load, 1000);
   reload();
@@ -45,11 +43,19 @@ export function render(main) {
   };
 }
 
+function partsOf(report) {
+  return [instance(report), part('Store', report.store.ok, report.store.error),
+    part('Model', report.model.ok, report.model.error, report.model.last_call_at ? `last call ${when(report.model.last_call_at)}` : 'not called yet'),
+    Object.entries(report.channels || {}).map(([name, c]) => part(`Channel ${name}`, c.state === 'local' || c.connected, c.last_error, c.state)),
+    part('MaiBot bridge', report.bridge.state !== 'disconnected', null, report.bridge.state)];
+}
+
 function instance(report) {
   const i = report.instance;
   return h('article', { class: 'card', id: 'instance' },
     h('h2', {}, 'Instance ', h('span', { class: `status ${report.status === 'ok' ? 's-completed' : 's-failed'}` }, report.status)),
     h('dl', { class: 'facts' },
+      h('dt', {}, 'Instance id'), h('dd', { id: 'instance-id' }, i.id ?? '—'),
       h('dt', {}, 'Version'), h('dd', {}, i.version),
       h('dt', {}, 'Process'), h('dd', {}, String(i.pid)),
       h('dt', {}, 'Started'), h('dd', {}, when(i.started_at)),

@@ -2,7 +2,9 @@
 // of the URL after `#`), the navigation, the skip link, and one live event stream shared by
 // every page. Each page module exports `render(main, context)` and returns `{ onEvent(name,
 // data), resync(), dispose() }`: `resync` re-reads the page's data whenever the stream
-// (re)connects or reports missed events (`lagged`), since events are not replayed.
+// (re)connects or reports missed events (`lagged`), since events are not replayed. A `changed`
+// event (on a shared store: a task changed through another instance, or through the store) is
+// a status change like any other to the pages.
 
 import { api, follow, token, AuthError } from './api.js';
 import { h, put, notice, throttle } from './dom.js';
@@ -89,7 +91,7 @@ function startEvents() {
   };
   follow((name, data) => {
     if (name === 'lagged') return; // onState('lagged') resyncs
-    if (name === 'status' || name === 'created') refreshWaitingCount();
+    if (name === 'status' || name === 'created' || name === 'changed') refreshWaitingCount();
     page?.onEvent?.(name, data);
   }, setState, stream.signal).catch((error) => {
     if (error instanceof AuthError) showLogin('The token was refused; type it again.');
@@ -103,14 +105,24 @@ function showLogin(message) {
   nav.hidden = true;
   logout.hidden = true;
   live.textContent = '';
-  const input = h('input', { id: 'token', name: 'token', type: 'password', autocomplete: 'current-password', required: true });
+  const input = h('input', { id: 'token', name: 'token', type: 'password', autocomplete: 'off', required: true });
   const status = h('div');
   const form = h('form', { class: 'card login', onsubmit: async (event) => {
     event.preventDefault();
-    token.set(input.value.trim());
     put(status);
-    if (await signedIn()) start();
-    else put(status, notice('That token was refused ([server] auth_token).', 'error'));
+    // The typed token is tried first and kept only once the server took it.
+    const typed = input.value.trim();
+    try {
+      if (!(await signedIn(typed))) {
+        put(status, notice('That token was refused ([server] auth_token).', 'error'));
+        return;
+      }
+    } catch (error) {
+      put(status, notice(`Cannot reach the API: ${error.message || error}`, 'error'));
+      return;
+    }
+    token.set(typed);
+    start();
   } },
   h('h1', {}, 'Log in'),
   h('p', {}, 'This mai-agent has an auth token ([server] auth_token). Type it to continue; it is kept for this browser tab only.'),
@@ -122,9 +134,11 @@ function showLogin(message) {
   input.focus();
 }
 
-async function signedIn() {
+/** Whether the server takes `bearer` (default: the kept token); throws when it cannot be
+ *  reached or fails. */
+async function signedIn(bearer) {
   try {
-    await api('/v1/tasks?limit=1');
+    await api('/v1/tasks?limit=1', { bearer });
     return true;
   } catch (error) {
     if (error instanceof AuthError) return false;
@@ -155,6 +169,16 @@ window.addEventListener('hashchange', () => {
   if (!nav.hidden) route();
 });
 
-signedIn().then((ok) => (ok ? start() : showLogin()), (error) => {
-  put(main, notice(`Cannot reach the API: ${error.message || error}`, 'error'));
-});
+/** The first visit: logged in already, or the login; while the API cannot be reached, says so
+ *  and tries again, waiting longer each time (up to 15 s). */
+async function begin(pause = 1000) {
+  try {
+    if (await signedIn()) start();
+    else showLogin();
+  } catch (error) {
+    put(main, notice(`Cannot reach the API: ${error.message || error}; trying again…`, 'error'));
+    setTimeout(() => begin(Math.min(pause * 2, 15000)), pause);
+  }
+}
+
+begin();

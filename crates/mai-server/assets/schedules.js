@@ -1,13 +1,14 @@
 // Schedules: delayed and cron tasks that are still active, the next fire time in the viewer's
-// time zone, the last run and how it ended (from the status log), and pause, resume and cancel.
+// time zone, the last run and how it ended (from the status log), and pause, resume and cancel
+// (in two steps, like a task's page).
 // Pausing a task that waits for its time stops its timer; resumed, it waits for that time again
 // (or runs at once when the time passed meanwhile). The list reloads (at most twice a second)
 // on status changes and new tasks, and after missed events.
 
-import { api, allTasks, failed } from './api.js';
-import { h, put, putKeeping, badge, when, relative, taskLink, triggerText, zone, notice, throttle } from './dom.js';
+import { api, allTasks, failed, PAUSABLE } from './api.js';
+import { h, put, putKeeping, badge, when, relative, taskLink, triggerText, zone, notice, throttle, latest, twoStep } from './dom.js';
 
-const ACTIVE = 'scheduled,pending,running,waiting_input,paused';
+const ACTIVE = [...PAUSABLE, 'paused'].join(',');
 
 export function render(main) {
   const body = h('tbody', { id: 'schedule-rows' });
@@ -19,17 +20,20 @@ export function render(main) {
       h('thead', {}, h('tr', {}, ['Task', 'Trigger', 'Status', 'Next run', 'Runs', 'Last run', ''].map((c) => h('th', { scope: 'col' }, c)))),
       body)));
 
-  async function load() {
+  // Cancel asks first, as on a task's page; the armed state survives the list's redraws.
+  const confirm = twoStep();
+  const load = latest(async (current) => {
     try {
       const tasks = await allTasks({ status: ACTIVE });
+      if (!current()) return;
       const scheduled = tasks.filter((t) => t.trigger && t.trigger.kind !== 'now');
       scheduled.sort((a, b) => new Date(a.scheduled_at || 0) - new Date(b.scheduled_at || 0));
-      putKeeping(body, scheduled.length ? scheduled.map((t) => row(t, act))
+      putKeeping(body, scheduled.length ? scheduled.map((t) => row(t, act, confirm))
         : h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'Nothing is scheduled.')));
     } catch (error) {
-      failed(error, put(messages));
+      if (current()) failed(error, put(messages));
     }
-  }
+  });
 
   async function act(task, what) {
     put(messages);
@@ -46,10 +50,13 @@ export function render(main) {
   load();
   return {
     onEvent(name) {
-      if (name === 'status' || name === 'created') reload();
+      if (name === 'status' || name === 'created' || name === 'changed') reload();
     },
     resync: reload,
-    dispose: reload.cancel,
+    dispose: () => {
+      reload.cancel();
+      confirm.dispose();
+    },
   };
 }
 
@@ -62,7 +69,7 @@ function lastRun(task) {
   return null;
 }
 
-function row(task, act) {
+function row(task, act, confirm) {
   const last = lastRun(task);
   const s = task.status;
   const button = (label, what, enabled) => h('button', {
@@ -78,7 +85,7 @@ function row(task, act) {
     h('td', { 'data-label': 'Runs' }, String(task.metadata?.cron_runs || 0)),
     h('td', { 'data-label': 'Last run' }, last ? [when(last.at), ' ', badge(last.status)] : 'not yet'),
     h('td', { class: 'actions' },
-      button('Pause', 'pause', ['scheduled', 'pending', 'running', 'waiting_input'].includes(s)),
+      button('Pause', 'pause', PAUSABLE.includes(s)),
       button('Resume', 'resume', s === 'paused'),
-      button('Cancel', 'cancel', true)));
+      confirm({ class: 'small', id: `cancel-${task.id}` }, 'Cancel', 'Really cancel?', () => act(task, 'cancel'))));
 }

@@ -1,9 +1,11 @@
 // Tools and roles: the role × tool matrix of the agent loop (what a task of each role is shown
 // every round, essential or discoverable, and what the schemas cost per role) — the same
 // registry `mai-agent tools` prints — and the MCP servers with their state, tools and last error.
+// The page reads both again every 10 seconds while open (an MCP server's state changes without
+// an event), and at once after a reconnect or missed events.
 
 import { api, failed } from './api.js';
-import { h, put } from './dom.js';
+import { h, put, throttle, latest } from './dom.js';
 
 const ROLES = ['guest', 'user', 'admin'];
 
@@ -15,17 +17,29 @@ export function render(main) {
     h('h2', {}, 'Role × tool'), matrix,
     h('h2', {}, 'MCP servers'), servers);
 
-  (async () => {
+  const load = latest(async (current) => {
     try {
       const [tools, mcp] = await Promise.all([api('/v1/tools'), api('/v1/mcp/servers')]);
+      if (!current()) return;
+      put(messages);
       put(matrix, table(tools));
       put(servers, mcp.servers.length ? mcp.servers.map(server)
         : h('p', { class: 'empty' }, 'No MCP server is configured ([[mcp.servers]] in the config).'));
     } catch (error) {
-      failed(error, messages);
+      if (current()) failed(error, put(messages));
     }
-  })();
-  return {};
+  });
+
+  const reload = throttle(load, 1000);
+  reload();
+  const timer = setInterval(reload, 10000);
+  return {
+    resync: reload,
+    dispose: () => {
+      clearInterval(timer);
+      reload.cancel();
+    },
+  };
 }
 
 function table(tools) {

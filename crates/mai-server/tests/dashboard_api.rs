@@ -42,6 +42,30 @@ async fn create(served: &Served, fields: Value) -> Value {
     body
 }
 
+/// `POST path` (as the dashboard when `dashboard`): the status and the JSON body.
+async fn post(served: &Served, path: &str, dashboard: bool) -> (u16, Value) {
+    let mut request = served.post(path);
+    if dashboard {
+        request = request.header("X-Mai-Client", "dashboard");
+    }
+    json_of(request.send().await.unwrap()).await
+}
+
+/// `POST /v1/tasks/{id}/{what}` (pause, resume, …; as the dashboard when `dashboard`).
+async fn act(served: &Served, id: TaskId, what: &str, dashboard: bool) -> (u16, Value) {
+    post(
+        served,
+        &format!("/v1/tasks/{}/{what}", id.short()),
+        dashboard,
+    )
+    .await
+}
+
+/// `GET path`: the status and the JSON body.
+async fn get(served: &Served, path: &str) -> (u16, Value) {
+    json_of(served.get(path).send().await.unwrap()).await
+}
+
 #[tokio::test]
 async fn the_dashboard_page_loads_without_the_token_behind_the_host_check_with_a_strict_policy() {
     let (_service, served) = start(ScriptedModel::default()).await;
@@ -160,26 +184,11 @@ async fn tasks_scheduled_or_waiting_are_paused_and_resumed_and_a_dashboard_chang
     )
     .await;
     // A scheduled task pauses (its timer stops) and resumes to its time, still ahead.
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/tasks/{}/pause", task_id(&scheduled).short()))
-            .header("X-Mai-Client", "dashboard")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = act(&served, task_id(&scheduled), "pause", true).await;
     assert_eq!(status, 200, "a scheduled task pauses: {body}");
     assert_eq!(body["task"]["status"], "paused");
     assert_eq!(body["stopping"], false);
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/tasks/{}/resume", task_id(&scheduled).short()))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = act(&served, task_id(&scheduled), "resume", false).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["task"]["status"], "scheduled",
@@ -190,35 +199,13 @@ async fn tasks_scheduled_or_waiting_are_paused_and_resumed_and_a_dashboard_chang
     let waiting = create(&served, json!({"intent": "paint", "title": "paint"})).await;
     let id = task_id(&waiting);
     service.wait_status(id, TaskStatus::WaitingInput).await;
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/tasks/{}/pause", id.short()))
-            .header("X-Mai-Client", "dashboard")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = act(&served, id, "pause", true).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["task"]["status"], "paused");
     assert_eq!(body["stopping"], false);
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/tasks/{}/pause", id.short()))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = act(&served, id, "pause", false).await;
     assert_eq!(status, 409, "paused twice: {body}");
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/tasks/{}/resume", id.short()))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = act(&served, id, "resume", false).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["task"]["status"], "pending");
     let log = body["task"]["status_log"].as_array().unwrap();
@@ -228,14 +215,7 @@ async fn tasks_scheduled_or_waiting_are_paused_and_resumed_and_a_dashboard_chang
         ["dashboard:operator", "planner:qq:group:42"],
         "{log:?}"
     );
-    let (status, body) = json_of(
-        served
-            .post(&format!("/v1/tasks/{}/resume", task_id(&scheduled).short()))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = act(&served, task_id(&scheduled), "resume", false).await;
     assert_eq!(status, 409, "resuming a task that is not paused: {body}");
 }
 
@@ -461,14 +441,7 @@ async fn a_tasks_chat_its_reply_nested_live_and_the_health_history_from_the_metr
     ]);
     let (mut service, served) = start(model).await;
     service.say("user", Some("42"), "hello <b>there</b>").await;
-    let (status, body) = json_of(
-        served
-            .get("/v1/streams/qq%3Agroup%3A99/messages")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = get(&served, "/v1/streams/qq%3Agroup%3A99/messages").await;
     assert_eq!(status, 404, "no task is in that chat: {body}");
     assert!(
         body["error"]
@@ -506,29 +479,37 @@ async fn a_tasks_chat_its_reply_nested_live_and_the_health_history_from_the_metr
     let reply = mai_engine::reply_task_id(&record.unwrap());
     assert_eq!(reply_created["task_id"], reply.to_string());
     service.wait_status(reply, TaskStatus::Completed).await;
+    the_list_of_what_it_made_holds_its_reply(&served, &created, reply).await;
 
-    let (status, body) = json_of(
-        served
-            .get("/v1/streams/qq%3Agroup%3A42/messages?limit=5")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = get(&served, "/v1/streams/qq%3Agroup%3A42/messages?limit=5").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["stream_id"], "qq:group:42");
     assert_eq!(body["messages"][0]["text"], "hello <b>there</b>");
-    let (status, body) = json_of(
-        served
-            .get("/v1/streams/qq:group:42/messages?limit=0")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = get(&served, "/v1/streams/qq:group:42/messages?limit=0").await;
     assert_eq!(status, 400, "{body}");
 
-    let (status, body) = json_of(served.get("/v1/health/history").send().await.unwrap()).await;
+    the_health_history_counts_what_the_metrics_count(&served).await;
+}
+
+/// `GET /v1/tasks?parent=…` of a task whose only child is its delivered `reply`: by the full id
+/// or the start of it, counted by status; a parent that names no task is 404.
+async fn the_list_of_what_it_made_holds_its_reply(served: &Served, created: &Value, reply: TaskId) {
+    let short = &created["short_id"].as_str().unwrap()[..6];
+    for parent in [created["id"].as_str().unwrap(), short] {
+        let (status, body) = get(served, &format!("/v1/tasks?parent={parent}&counts=true")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["tasks"][0]["id"], reply.to_string(), "{body}");
+        assert_eq!(body["total"], 1, "{body}");
+        assert_eq!(body["counts"], json!({"completed": 1}), "{body}");
+    }
+    let (status, body) = get(served, "/v1/tasks?parent=ffffffffff").await;
+    assert_eq!(status, 404, "a parent that names no task: {body}");
+}
+
+/// After one task and its reply ran (two model calls, both finished, nothing active), the
+/// health history says so, and its finished count is the metrics' own.
+async fn the_health_history_counts_what_the_metrics_count(served: &Served) {
+    let (status, body) = get(served, "/v1/health/history").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["interval_secs"], 10);
     let now = &body["now"];
@@ -574,14 +555,7 @@ async fn a_tasks_chat_is_unavailable_while_the_chat_host_is_away() {
         json!({"intent": "later", "title": "later", "delay_seconds": 3600}),
     )
     .await;
-    let (status, body) = json_of(
-        served
-            .get("/v1/streams/qq%3Agroup%3A42/messages")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = get(&served, "/v1/streams/qq%3Agroup%3A42/messages").await;
     assert_eq!(status, 503, "{body}");
     let error = body["error"].as_str().unwrap();
     assert!(

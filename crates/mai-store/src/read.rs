@@ -10,7 +10,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use uuid::Uuid;
 
-use crate::codec::{decode_history, decode_task, id_key, level_text, parse_id_key};
+use crate::codec::{decode_history, decode_task, id_key, level_text, parse_id_key, time_text};
 use crate::error::{corrupt, db};
 
 /// At most this many ids come back in [`Resolved::Ambiguous`]: enough for "which one?".
@@ -166,37 +166,102 @@ fn one_or_ambiguous(connection: &Connection, keys: &[String]) -> Result<Resolved
     }
 }
 
+/// The `AND …` conditions of `filter` on `tasks t` (its statuses only when `statuses`), with
+/// their values.
+fn filter_conditions(filter: &TaskFilter, statuses: bool) -> (String, Vec<Value>) {
+    let mut sql = String::new();
+    let mut values = Vec::new();
+    let mut condition = |test: &str, value: String| {
+        sql.push_str(" AND ");
+        sql.push_str(test);
+        values.push(Value::Text(value));
+    };
+    if let Some(owner) = &filter.owner {
+        condition("t.owner = ?", owner.to_string());
+    }
+    if let Some(requester) = &filter.requester {
+        condition("t.requester = ?", requester.to_string());
+    }
+    if let Some(stream) = &filter.stream_id {
+        condition("t.stream_id = ?", stream.as_str().to_owned());
+    }
+    if let Some(level) = filter.level {
+        condition("t.level = ?", level_text(level).to_owned());
+    }
+    if let Some(parent) = filter.parent {
+        // Sub-tasks carry it in `created_by` too, reply tasks only in their record.
+        condition(
+            "json_extract(t.record, '$.metadata.parent_task_id') = ?",
+            parent.to_string(),
+        );
+    }
+    if let Some(since) = filter.created_since {
+        condition("t.created_at >= ?", time_text(since));
+    }
+    if let Some(before) = filter.created_before {
+        condition("t.created_at < ?", time_text(before));
+    }
+    if let Some(title) = filter.search_title() {
+        let prefix = filter.search_id_prefix().unwrap_or_default();
+        sql.push_str(
+            " AND (instr(lower(t.title), ?) > 0 OR (? <> '' AND substr(t.id, 1, length(?)) = ?))",
+        );
+        values.extend([
+            Value::Text(title),
+            Value::Text(prefix.clone()),
+            Value::Text(prefix.clone()),
+            Value::Text(prefix),
+        ]);
+    }
+    if statuses {
+        push_status_filter(&mut sql, &mut values, &filter.statuses);
+    }
+    (sql, values)
+}
+
 pub(crate) fn list_tasks(
     connection: &Connection,
     filter: &TaskFilter,
 ) -> Result<Vec<TaskRecord>, StoreError> {
     let mut sql = String::from(select_tasks!(" WHERE 1 = 1"));
-    let mut values = Vec::new();
-    let mut condition = |column: &str, value: String| {
-        sql.push_str(" AND t.");
-        sql.push_str(column);
-        sql.push_str(" = ?");
-        values.push(Value::Text(value));
-    };
-    if let Some(owner) = &filter.owner {
-        condition("owner", owner.to_string());
-    }
-    if let Some(requester) = &filter.requester {
-        condition("requester", requester.to_string());
-    }
-    if let Some(stream) = &filter.stream_id {
-        condition("stream_id", stream.as_str().to_owned());
-    }
-    if let Some(level) = filter.level {
-        condition("level", level_text(level).to_owned());
-    }
-    push_status_filter(&mut sql, &mut values, &filter.statuses);
+    let (conditions, mut values) = filter_conditions(filter, true);
+    sql.push_str(&conditions);
     sql.push_str(" ORDER BY t.created_at DESC, t.id DESC");
     if let Some(limit) = filter.limit {
         sql.push_str(" LIMIT ?");
         values.push(Value::Integer(i64::from(limit)));
     }
     tasks_of(connection, &sql, &values, "listing tasks")
+}
+
+/// The tasks matching `filter` per status (its statuses and limit aside), one grouped read.
+pub(crate) fn count_by_status(
+    connection: &Connection,
+    filter: &TaskFilter,
+) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+    let (conditions, values) = filter_conditions(filter, false);
+    let sql =
+        format!("SELECT t.status, count(*) FROM tasks t WHERE 1 = 1{conditions} GROUP BY t.status");
+    let mut statement = connection
+        .prepare(&sql)
+        .map_err(db("counting tasks per status"))?;
+    let rows = statement
+        .query_map(params_from_iter(values), |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .map_err(db("counting tasks per status"))?;
+    let mut counts = Vec::new();
+    for row in rows {
+        let (status, n) = row.map_err(db("counting tasks per status"))?;
+        let status = status
+            .parse::<TaskStatus>()
+            .map_err(|e| StoreError::Corrupt {
+                what: "a task's status".into(),
+                detail: e.to_string(),
+            })?;
+        counts.push((status, u64::try_from(n).unwrap_or(0)));
+    }
+    Ok(counts)
 }
 
 /// The keys of a [`CountQuery`], owned (to travel to a reader's thread).

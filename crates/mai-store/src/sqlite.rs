@@ -305,6 +305,17 @@ impl TaskStore for SqliteStore {
             .await
     }
 
+    async fn count_by_status(
+        &self,
+        filter: &TaskFilter,
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        let filter = filter.clone();
+        self.read("counting tasks per status", move |c| {
+            read::count_by_status(c, &filter)
+        })
+        .await
+    }
+
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         let query = read::CountKeys::of(query);
         self.read("counting tasks", move |c| read::count_tasks(c, &query))

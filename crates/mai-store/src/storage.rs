@@ -207,6 +207,13 @@ impl TaskStore for Store {
         self.inner().list(filter).await
     }
 
+    async fn count_by_status(
+        &self,
+        filter: &TaskFilter,
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        self.inner().count_by_status(filter).await
+    }
+
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         self.inner().counts(query).await
     }

@@ -87,6 +87,7 @@ conformance!(
     an_answer_to_a_question_the_task_no_longer_waits_on_is_a_conflict,
     history_appends_number_on_from_the_stored_entries,
     lists_filter_and_order_newest_first_and_active_tasks_oldest_first,
+    the_store_narrows_lists_by_parent_creation_time_and_search_and_counts_per_status,
     a_reference_resolves_by_id_prefix_or_exact_title,
     the_caps_count_unfinished_and_recurring_tasks_and_children,
     concurrent_creations_on_two_instances_never_pass_a_cap_together,
@@ -453,6 +454,100 @@ async fn lists_filter_and_order_newest_first_and_active_tasks_oldest_first(b: Ba
     };
     assert_eq!(titles(b.other.list(&finished).await.unwrap()), ["t3"]);
     assert_eq!(titles(b.other.list_active().await.unwrap()), ["t0", "t2"]);
+}
+
+async fn the_store_narrows_lists_by_parent_creation_time_and_search_and_counts_per_status(
+    b: Backend,
+) {
+    let parent = task("Parent job", 0);
+    let mut sub = task("Sub Errand", 1);
+    sub.metadata.parent_task_id = Some(parent.id);
+    sub.force(Running, "test", "setup", at(10));
+    let mut reply = task("reply", 2);
+    reply.metadata.parent_task_id = Some(parent.id);
+    reply.metadata.is_reply = true;
+    reply.force(Completed, "test", "setup", at(10));
+    let mut late = task("late errand", 3);
+    late.force(Completed, "test", "setup", at(10));
+    for record in [&parent, &sub, &reply, &late] {
+        b.store.insert(record).await.unwrap();
+    }
+    let titles = |tasks: Vec<TaskRecord>| -> Vec<String> {
+        tasks.into_iter().map(|task| task.title).collect()
+    };
+    let counted = |mut counts: Vec<(TaskStatus, u64)>| {
+        counts.sort_by_key(|(status, _)| status.as_str());
+        counts
+            .into_iter()
+            .map(|(status, n)| (status.as_str().to_owned(), n))
+            .collect::<Vec<_>>()
+    };
+    let pair = |status: &str, n: u64| (status.to_owned(), n);
+    // Counts take every matching task: the statuses and the limit of the filter aside.
+    let one_finished = TaskFilter {
+        statuses: vec![Completed],
+        limit: Some(1),
+        ..TaskFilter::default()
+    };
+    assert_eq!(
+        titles(b.other.list(&one_finished).await.unwrap()),
+        ["late errand"]
+    );
+    assert_eq!(
+        counted(b.other.count_by_status(&one_finished).await.unwrap()),
+        [pair("completed", 2), pair("pending", 1), pair("running", 1)]
+    );
+    // The tasks the parent made: its sub-task and its reply task.
+    let made = TaskFilter {
+        parent: Some(parent.id),
+        ..TaskFilter::default()
+    };
+    assert_eq!(
+        titles(b.other.list(&made).await.unwrap()),
+        ["reply", "Sub Errand"]
+    );
+    assert_eq!(
+        counted(b.other.count_by_status(&made).await.unwrap()),
+        [pair("completed", 1), pair("running", 1)]
+    );
+    let between = TaskFilter {
+        created_since: Some(sub.created_at),
+        created_before: Some(late.created_at),
+        ..TaskFilter::default()
+    };
+    assert_eq!(
+        titles(b.other.list(&between).await.unwrap()),
+        ["reply", "Sub Errand"]
+    );
+    searches_match_a_piece_of_the_title_or_the_start_of_the_id(&b, &parent).await;
+}
+
+/// Over the tasks of the test above: a search finds a piece of a title in any case, or the
+/// start of an id (dashes optional), and counts what it finds.
+async fn searches_match_a_piece_of_the_title_or_the_start_of_the_id(
+    b: &Backend,
+    parent: &TaskRecord,
+) {
+    let titles = |tasks: Vec<TaskRecord>| -> Vec<String> {
+        tasks.into_iter().map(|task| task.title).collect()
+    };
+    let search = |text: &str| TaskFilter {
+        search: Some(text.to_owned()),
+        ..TaskFilter::default()
+    };
+    assert_eq!(
+        titles(b.other.list(&search("ERRAND")).await.unwrap()),
+        ["late errand", "Sub Errand"]
+    );
+    // The start of an id, dashes optional.
+    let id = parent.id.to_string();
+    assert_eq!(
+        titles(b.other.list(&search(&id[..13])).await.unwrap()),
+        ["Parent job"]
+    );
+    let mut counts = b.other.count_by_status(&search("errand")).await.unwrap();
+    counts.sort_by_key(|(status, _)| status.as_str());
+    assert_eq!(counts, [(Completed, 1), (Running, 1)]);
 }
 
 async fn a_reference_resolves_by_id_prefix_or_exact_title(b: Backend) {

@@ -94,6 +94,7 @@ async fn each_filter_narrows_and_they_combine() {
         level: Some(TaskLevel::Agent),
         limit: None,
         requester: None,
+        ..TaskFilter::default()
     };
     assert_eq!(titles(&list(&fs, combined).await), ["t8", "t6", "t0"]);
     let nobody = TaskFilter {
@@ -181,6 +182,7 @@ async fn a_save_that_changes_indexed_fields_is_what_lists_and_resolve_see() {
         level: Some(TaskLevel::Instant),
         limit: None,
         requester: None,
+        ..TaskFilter::default()
     };
     assert_eq!(titles(&list(&fs, filter).await), ["new title"]);
     let old_owner = TaskFilter {

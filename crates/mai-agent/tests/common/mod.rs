@@ -49,6 +49,8 @@ impl Calls {
 pub struct FakeModel<F: Fn(usize, &Value) -> Value + Send + Sync> {
     script: F,
     agent_calls: Arc<Calls>,
+    /// How long each answer takes (a model that thinks, so a task stays running a while).
+    pace: std::time::Duration,
 }
 
 impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
@@ -69,7 +71,7 @@ impl<F: Fn(usize, &Value) -> Value + Send + Sync> Respond for FakeModel<F> {
                 (self.script)(results, &body)
             }
         };
-        ResponseTemplate::new(200).set_body_json(json!({
+        ResponseTemplate::new(200).set_delay(self.pace).set_body_json(json!({
             "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
             "choices": [{"index": 0, "message": message,
                          "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" }}],
@@ -118,6 +120,14 @@ pub fn answer(text: &str) -> Value {
 pub async fn fake_model(
     script: impl Fn(usize, &Value) -> Value + Send + Sync + 'static,
 ) -> (MockServer, Arc<Calls>) {
+    paced_fake_model(std::time::Duration::ZERO, script).await
+}
+
+/// [`fake_model`] whose every answer takes `pace`.
+pub async fn paced_fake_model(
+    pace: std::time::Duration,
+    script: impl Fn(usize, &Value) -> Value + Send + Sync + 'static,
+) -> (MockServer, Arc<Calls>) {
     let server = MockServer::start().await;
     let agent_calls = Arc::new(Calls::default());
     Mock::given(method("POST"))
@@ -125,6 +135,7 @@ pub async fn fake_model(
         .respond_with(FakeModel {
             script,
             agent_calls: agent_calls.clone(),
+            pace,
         })
         .mount(&server)
         .await;

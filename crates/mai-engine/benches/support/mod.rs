@@ -347,6 +347,14 @@ impl TaskStore for TimedStore {
             .time("store.list", self.inner.list(filter))
             .await
     }
+    async fn count_by_status(
+        &self,
+        filter: &TaskFilter,
+    ) -> Result<Vec<(mai_core::task::TaskStatus, u64)>, StoreError> {
+        self.timings
+            .time("store.count_by_status", self.inner.count_by_status(filter))
+            .await
+    }
     async fn list_active(&self) -> Result<Vec<TaskRecord>, StoreError> {
         self.timings
             .time("store.list_active", self.inner.list_active())

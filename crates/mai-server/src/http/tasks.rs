@@ -25,7 +25,7 @@ use mai_core::host::{ChatTarget, Host};
 use mai_core::ids::{Owner, PersonId, StreamId};
 use mai_core::permission::Speaker;
 use mai_core::store::TaskFilter;
-use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
+use mai_core::task::{TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_engine::{Caller, CreateTask};
 
 use super::Api;
@@ -95,7 +95,8 @@ pub(crate) struct ListQuery {
     until: Option<DateTime<Utc>>,
     /// A piece of the title (any case) or the start of the id.
     q: Option<String>,
-    /// Only the tasks this task made: its sub-tasks and reply tasks (an id or its start).
+    /// Only the tasks this task made: its sub-tasks and reply tasks (an id, or its start, or an
+    /// exact title, resolved like any task reference).
     parent: Option<String>,
     /// Also count the matching tasks per status (the status filter aside).
     counts: Option<bool>,
@@ -115,26 +116,21 @@ enum Order {
 }
 
 impl ListQuery {
-    /// The filters the store cannot apply.
-    fn keeps(&self, task: &TaskRecord) -> bool {
-        let q = self
-            .q
+    /// The parent's id: a full id as given, a start of one (or a title) resolved to its task;
+    /// a reference that names no task, or several, is refused.
+    async fn parent_id(&self, api: &Api) -> Result<Option<TaskId>, ApiError> {
+        let Some(parent) = self
+            .parent
             .as_deref()
             .map(str::trim)
-            .unwrap_or_default()
-            .to_lowercase();
-        let parent = self.parent.as_deref().map(str::trim).unwrap_or_default();
-        let parent_matches = parent.is_empty()
-            || task
-                .metadata
-                .parent_task_id
-                .is_some_and(|id| id.to_string().starts_with(&parent.to_lowercase()));
-        parent_matches
-            && self.since.is_none_or(|since| task.created_at >= since)
-            && self.until.is_none_or(|until| task.created_at < until)
-            && (q.is_empty()
-                || task.title.to_lowercase().contains(&q)
-                || task.id.to_string().starts_with(&q))
+            .filter(|p| !p.is_empty())
+        else {
+            return Ok(None);
+        };
+        if let Ok(id) = parent.parse::<TaskId>() {
+            return Ok(Some(id));
+        }
+        Ok(Some(api.state.engine.resolve(&reader()?, parent).await?.id))
     }
 }
 
@@ -153,9 +149,13 @@ fn parse_statuses(list: Option<&str>) -> Result<Vec<TaskStatus>, ApiError> {
     Ok(statuses)
 }
 
-/// The store-side filter of a list query (stream, owner, level; statuses only when no counts
-/// are asked for, since counts ignore the status filter), reading up to [`SCAN_LIMIT`] tasks.
-fn store_filter(query: &ListQuery, statuses: &[TaskStatus]) -> Result<TaskFilter, ApiError> {
+/// The store-side filter of a list query: stream, owner, level, statuses, parent, creation
+/// time and search all narrow the store's read, which reads up to [`SCAN_LIMIT`] tasks.
+fn store_filter(
+    query: &ListQuery,
+    statuses: &[TaskStatus],
+    parent: Option<TaskId>,
+) -> Result<TaskFilter, ApiError> {
     let owner = match query.owner.as_deref().map(str::trim) {
         Some(owner) if !owner.is_empty() => Some(owner.parse::<Owner>().map_err(|e| {
             ApiError::bad_request(format!(
@@ -170,24 +170,24 @@ fn store_filter(query: &ListQuery, statuses: &[TaskStatus]) -> Result<TaskFilter
         .filter(|s| !s.trim().is_empty())
         .map(|s| stream("stream_id", s))
         .transpose()?;
-    let counting = query.counts == Some(true);
     Ok(TaskFilter {
         stream_id,
         owner,
         level: query.level,
-        statuses: if counting {
-            Vec::new()
-        } else {
-            statuses.to_vec()
-        },
+        statuses: statuses.to_vec(),
+        parent,
+        created_since: query.since,
+        created_before: query.until,
+        search: query.q.clone().filter(|q| !q.trim().is_empty()),
         limit: Some(SCAN_LIMIT),
         ..TaskFilter::default()
     })
 }
 
 /// Lists tasks a page at a time: the matching tasks (newest first from the store, up to
-/// [`SCAN_LIMIT`]), filtered, counted, put in the asked order, then `offset` and `limit` cut the
-/// page; `total`, `next_offset` and `complete` say how to reach the rest.
+/// [`SCAN_LIMIT`]), put in the asked order, then `offset` and `limit` cut the page; `total`,
+/// `next_offset` and `complete` say how to reach the rest. `counts` are the store's own count
+/// of every matching task per status (the status filter aside), whatever the scan reached.
 pub(crate) async fn list(
     State(api): State<Api>,
     QueryParams(query): QueryParams<ListQuery>,
@@ -199,18 +199,20 @@ pub(crate) async fn list(
             "limit: must be between 1 and {MAX_LIMIT}, got {limit}"
         )));
     }
-    let filter = store_filter(&query, &statuses)?;
+    let parent = query.parent_id(&api).await?;
+    let filter = store_filter(&query, &statuses, parent)?;
+    let counts = match query.counts {
+        Some(true) => Some(
+            api.state
+                .engine
+                .count_by_status(&reader()?, filter.clone())
+                .await?,
+        ),
+        _ => None,
+    };
     let scanned = api.state.engine.list(&reader()?, filter).await?;
     let complete = scanned.len() < SCAN_LIMIT as usize;
-    let matching: Vec<&TaskRecord> = scanned.iter().filter(|t| query.keeps(t)).collect();
-    let mut counts = BTreeMap::new();
-    for task in &matching {
-        *counts.entry(task.status.as_str()).or_insert(0u64) += 1;
-    }
-    let mut selected: Vec<&TaskRecord> = matching
-        .into_iter()
-        .filter(|t| statuses.is_empty() || statuses.contains(&t.status))
-        .collect();
+    let mut selected: Vec<&TaskRecord> = scanned.iter().collect();
     if query.order.unwrap_or_default() == Order::Oldest {
         selected.reverse();
     }
@@ -230,9 +232,15 @@ pub(crate) async fn list(
         "next_offset": next_offset,
         "complete": complete,
     });
-    if query.counts == Some(true) {
-        body["counts"] = json!(counts);
-        body["counts_complete"] = json!(complete);
+    if let Some(counts) = counts {
+        let by_status: BTreeMap<&str, u64> = counts
+            .iter()
+            .map(|(status, n)| (status.as_str(), *n))
+            .collect();
+        body["counts"] = json!(by_status);
+        // Counted by the store over every matching task: always complete (kept for clients
+        // of the time the counts came from the scan).
+        body["counts_complete"] = json!(true);
     }
     Ok(Json(body))
 }

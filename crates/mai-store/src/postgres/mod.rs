@@ -388,6 +388,14 @@ impl TaskStore for PgStore {
         read::list_tasks(&mut connection, filter).await
     }
 
+    async fn count_by_status(
+        &self,
+        filter: &TaskFilter,
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        let mut connection = self.connection("counting tasks per status").await?;
+        read::count_by_status(&mut connection, filter).await
+    }
+
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         let mut connection = self.connection("counting tasks").await?;
         read::count_tasks(&mut connection, &CountKeys::of(query)).await

@@ -8,7 +8,7 @@ use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::{AssertSqlSafe, PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
-use crate::codec::{decode_history, decode_task, id_key, level_text, parse_id_key};
+use crate::codec::{decode_history, decode_task, id_key, level_text, parse_id_key, time_text};
 use crate::error::{corrupt, pg};
 use crate::read::{AMBIGUOUS_LIMIT, CountKeys, as_id_prefix, prefix_range};
 
@@ -138,35 +138,91 @@ fn push_statuses(query: &mut QueryBuilder<Postgres>, statuses: &[TaskStatus]) {
         .push(")");
 }
 
+/// The `AND …` conditions of `filter` on `tasks t` (its statuses only when `statuses`).
+fn push_filter(query: &mut QueryBuilder<Postgres>, filter: &TaskFilter, statuses: bool) {
+    let mut condition = |test: &str, value: String| {
+        query.push(format_args!(" AND {test}")).push_bind(value);
+    };
+    if let Some(owner) = &filter.owner {
+        condition("t.owner = ", owner.to_string());
+    }
+    if let Some(requester) = &filter.requester {
+        condition("t.requester = ", requester.to_string());
+    }
+    if let Some(stream) = &filter.stream_id {
+        condition("t.stream_id = ", stream.as_str().to_owned());
+    }
+    if let Some(level) = filter.level {
+        condition("t.level = ", level_text(level).to_owned());
+    }
+    if let Some(parent) = filter.parent {
+        // Sub-tasks carry it in `created_by` too, reply tasks only in their record.
+        condition(
+            "(t.record::jsonb #>> '{metadata,parent_task_id}') = ",
+            parent.to_string(),
+        );
+    }
+    if let Some(since) = filter.created_since {
+        condition("t.created_at >= ", time_text(since));
+    }
+    if let Some(before) = filter.created_before {
+        condition("t.created_at < ", time_text(before));
+    }
+    if let Some(title) = filter.search_title() {
+        let prefix = filter.search_id_prefix().unwrap_or_default();
+        query
+            .push(" AND (strpos(lower(t.title), ")
+            .push_bind(title)
+            .push(") > 0 OR (");
+        query
+            .push_bind(prefix.clone())
+            .push(" <> '' AND starts_with(t.id, ")
+            .push_bind(prefix)
+            .push(")))");
+    }
+    if statuses {
+        push_statuses(query, &filter.statuses);
+    }
+}
+
 pub(crate) async fn list_tasks(
     connection: &mut PgConnection,
     filter: &TaskFilter,
 ) -> Result<Vec<TaskRecord>, StoreError> {
     let mut query = QueryBuilder::new(SELECT_TASKS);
     query.push(" WHERE TRUE");
-    let mut condition = |column: &str, value: String| {
-        query
-            .push(format_args!(" AND t.{column} = "))
-            .push_bind(value);
-    };
-    if let Some(owner) = &filter.owner {
-        condition("owner", owner.to_string());
-    }
-    if let Some(requester) = &filter.requester {
-        condition("requester", requester.to_string());
-    }
-    if let Some(stream) = &filter.stream_id {
-        condition("stream_id", stream.as_str().to_owned());
-    }
-    if let Some(level) = filter.level {
-        condition("level", level_text(level).to_owned());
-    }
-    push_statuses(&mut query, &filter.statuses);
+    push_filter(&mut query, filter, true);
     query.push(" ORDER BY t.created_at DESC, t.id DESC");
     if let Some(limit) = filter.limit {
         query.push(" LIMIT ").push_bind(i64::from(limit));
     }
     tasks_of(connection, query, "listing tasks").await
+}
+
+/// The tasks matching `filter` per status (its statuses and limit aside), one grouped read.
+pub(crate) async fn count_by_status(
+    connection: &mut PgConnection,
+    filter: &TaskFilter,
+) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+    let mut query = QueryBuilder::new("SELECT t.status, count(*) FROM tasks t WHERE TRUE");
+    push_filter(&mut query, filter, false);
+    query.push(" GROUP BY t.status");
+    let rows: Vec<(String, i64)> = query
+        .build_query_as()
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(pg("counting tasks per status"))?;
+    rows.into_iter()
+        .map(|(status, n)| {
+            let status = status
+                .parse::<TaskStatus>()
+                .map_err(|e| StoreError::Corrupt {
+                    what: "a task's status".into(),
+                    detail: e.to_string(),
+                })?;
+            Ok((status, u64::try_from(n).unwrap_or(0)))
+        })
+        .collect()
 }
 
 pub(crate) async fn list_active_tasks(
