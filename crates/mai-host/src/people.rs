@@ -94,8 +94,51 @@ pub(crate) fn note_account(
     at_ms: i64,
 ) -> Result<i64, HostError> {
     const ACTION: &str = "record a message sender";
-    // A known account is found and refreshed in one statement (one round trip).
-    let known: Option<(i64, String)> = Query::new(format_args!(
+    let (person_id, name) = match refresh_account(conn, platform, user_id, display_name, at_ms)? {
+        Some(known) => known,
+        None => {
+            let person_id = insert_person(conn, display_name)?;
+            let inserted = Query::new(
+                "INSERT INTO host_accounts (platform, user_id, person_id, display_name, \
+                 last_seen) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(platform)
+            .bind(user_id)
+            .bind(person_id)
+            .bind(display_name)
+            .bind(at_ms)
+            .execute(conn)
+            .map_err(db(ACTION))?;
+            if inserted == 1 {
+                return Ok(person_id);
+            }
+            // Another instance on the same database recorded the account first: theirs
+            // stands, and the person made for it here goes.
+            Query::new("DELETE FROM host_persons WHERE person_id = ?")
+                .bind(person_id)
+                .execute(conn)
+                .map_err(db(ACTION))?;
+            refresh_account(conn, platform, user_id, display_name, at_ms)?.ok_or_else(|| {
+                HostError::new(ACTION, format!("account {platform}:{user_id} vanished"))
+            })?
+        }
+    };
+    if display_name != name {
+        insert_alias(conn, person_id, display_name)?;
+    }
+    Ok(person_id)
+}
+
+/// A known account found and refreshed in one statement (one round trip): its person and the
+/// person's name; `None` for an account never seen.
+fn refresh_account(
+    conn: &Connection,
+    platform: &str,
+    user_id: &str,
+    display_name: &str,
+    at_ms: i64,
+) -> Result<Option<(i64, String)>, HostError> {
+    Query::new(format_args!(
         "UPDATE host_accounts SET display_name = ?, last_seen = {greatest}(last_seen, ?) \
          WHERE platform = ? AND user_id = ? \
          RETURNING person_id, \
@@ -107,26 +150,7 @@ pub(crate) fn note_account(
     .bind(platform)
     .bind(user_id)
     .optional(conn)
-    .map_err(db(ACTION))?;
-    let Some((person_id, name)) = known else {
-        let person_id = insert_person(conn, display_name)?;
-        Query::new(
-            "INSERT INTO host_accounts (platform, user_id, person_id, display_name, last_seen) \
-             VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(platform)
-        .bind(user_id)
-        .bind(person_id)
-        .bind(display_name)
-        .bind(at_ms)
-        .execute(conn)
-        .map_err(db(ACTION))?;
-        return Ok(person_id);
-    };
-    if display_name != name {
-        insert_alias(conn, person_id, display_name)?;
-    }
-    Ok(person_id)
+    .map_err(db("record a message sender"))
 }
 
 /// Creates or extends a person (see the module comment) and returns it as stored.
