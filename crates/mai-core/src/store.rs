@@ -98,6 +98,10 @@ pub struct TaskFilter {
     pub search: Option<String>,
     /// At most this many, newest first (`None` = no limit).
     pub limit: Option<u32>,
+    /// Skip this many matching tasks first (paging; with `limit`).
+    pub offset: Option<u64>,
+    /// Oldest first instead of newest first.
+    pub oldest_first: bool,
 }
 
 impl TaskFilter {

@@ -226,10 +226,17 @@ pub(crate) fn list_tasks(
     let mut sql = String::from(select_tasks!(" WHERE 1 = 1"));
     let (conditions, mut values) = filter_conditions(filter, true);
     sql.push_str(&conditions);
-    sql.push_str(" ORDER BY t.created_at DESC, t.id DESC");
-    if let Some(limit) = filter.limit {
-        sql.push_str(" LIMIT ?");
-        values.push(Value::Integer(i64::from(limit)));
+    sql.push_str(if filter.oldest_first {
+        " ORDER BY t.created_at, t.id"
+    } else {
+        " ORDER BY t.created_at DESC, t.id DESC"
+    });
+    // SQLite needs a LIMIT for an OFFSET: -1 is none.
+    if filter.limit.is_some() || filter.offset.is_some() {
+        sql.push_str(" LIMIT ? OFFSET ?");
+        values.push(Value::Integer(filter.limit.map_or(-1, i64::from)));
+        let offset = filter.offset.unwrap_or(0);
+        values.push(Value::Integer(i64::try_from(offset).unwrap_or(i64::MAX)));
     }
     tasks_of(connection, &sql, &values, "listing tasks")
 }

@@ -520,6 +520,30 @@ async fn the_store_narrows_lists_by_parent_creation_time_and_search_and_counts_p
         ["reply", "Sub Errand"]
     );
     searches_match_a_piece_of_the_title_or_the_start_of_the_id(&b, &parent).await;
+    pages_start_at_an_offset_in_either_order(&b).await;
+}
+
+/// Over the tasks of the test above (created in this order: Parent job, Sub Errand, reply, late
+/// errand): a page is cut at its offset, newest or oldest first, with or without a limit.
+async fn pages_start_at_an_offset_in_either_order(b: &Backend) {
+    let titles = |tasks: Vec<TaskRecord>| -> Vec<String> {
+        tasks.into_iter().map(|task| task.title).collect()
+    };
+    let oldest = TaskFilter {
+        oldest_first: true,
+        offset: Some(1),
+        limit: Some(2),
+        ..TaskFilter::default()
+    };
+    assert_eq!(
+        titles(b.other.list(&oldest).await.unwrap()),
+        ["Sub Errand", "reply"]
+    );
+    let rest = TaskFilter {
+        offset: Some(3),
+        ..TaskFilter::default()
+    };
+    assert_eq!(titles(b.other.list(&rest).await.unwrap()), ["Parent job"]);
 }
 
 /// Over the tasks of the test above: a search finds a piece of a title in any case, or the

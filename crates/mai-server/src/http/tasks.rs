@@ -34,10 +34,6 @@ use super::error::{ApiError, JsonBody, PathParams, QueryParams, to_json};
 /// Default and largest page of `GET /v1/tasks`.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 500;
-/// How many of the newest matching tasks `GET /v1/tasks` reads to filter, count, order and page
-/// them (finished tasks are kept `[storage] keep_finished_days`, so this is every task on most
-/// instances; `complete` says when it was not).
-const SCAN_LIMIT: u32 = 10_000;
 /// The header by which the dashboard names itself, and the actor its changes are logged as.
 const CLIENT_HEADER: &str = "x-mai-client";
 const DASHBOARD_ACTOR: (&str, &str) = ("dashboard", "operator");
@@ -101,7 +97,7 @@ pub(crate) struct ListQuery {
     /// Also count the matching tasks per status (the status filter aside).
     counts: Option<bool>,
     /// Skip this many matching tasks (the previous page's `next_offset`).
-    offset: Option<usize>,
+    offset: Option<u64>,
     /// `newest` (default) or `oldest` first, by creation time.
     order: Option<Order>,
 }
@@ -150,7 +146,7 @@ fn parse_statuses(list: Option<&str>) -> Result<Vec<TaskStatus>, ApiError> {
 }
 
 /// The store-side filter of a list query: stream, owner, level, statuses, parent, creation
-/// time and search all narrow the store's read, which reads up to [`SCAN_LIMIT`] tasks.
+/// time and search all narrow the store's read, which reads only the asked page.
 fn store_filter(
     query: &ListQuery,
     statuses: &[TaskStatus],
@@ -179,15 +175,17 @@ fn store_filter(
         created_since: query.since,
         created_before: query.until,
         search: query.q.clone().filter(|q| !q.trim().is_empty()),
-        limit: Some(SCAN_LIMIT),
+        limit: Some(query.limit.unwrap_or(DEFAULT_LIMIT)),
+        offset: query.offset,
+        oldest_first: query.order.unwrap_or_default() == Order::Oldest,
         ..TaskFilter::default()
     })
 }
 
-/// Lists tasks a page at a time: the matching tasks (newest first from the store, up to
-/// [`SCAN_LIMIT`]), put in the asked order, then `offset` and `limit` cut the page; `total`,
-/// `next_offset` and `complete` say how to reach the rest. `counts` are the store's own count
-/// of every matching task per status (the status filter aside), whatever the scan reached.
+/// Lists tasks a page at a time, all in the store: one grouped count of the matching tasks per
+/// status (the status filter aside) gives `total` (and `counts`), and one read gives the page in
+/// the asked order at `offset`; `next_offset` says where the next page starts. Every matching
+/// task is reachable (`complete` is always true).
 pub(crate) async fn list(
     State(api): State<Api>,
     QueryParams(query): QueryParams<ListQuery>,
@@ -201,45 +199,33 @@ pub(crate) async fn list(
     }
     let parent = query.parent_id(&api).await?;
     let filter = store_filter(&query, &statuses, parent)?;
-    let counts = match query.counts {
-        Some(true) => Some(
-            api.state
-                .engine
-                .count_by_status(&reader()?, filter.clone())
-                .await?,
-        ),
-        _ => None,
-    };
-    let scanned = api.state.engine.list(&reader()?, filter).await?;
-    let complete = scanned.len() < SCAN_LIMIT as usize;
-    let mut selected: Vec<&TaskRecord> = scanned.iter().collect();
-    if query.order.unwrap_or_default() == Order::Oldest {
-        selected.reverse();
-    }
-    let total = selected.len();
-    let offset = query.offset.unwrap_or(0);
-    let views = selected
-        .into_iter()
-        .skip(offset)
-        .take(limit as usize)
-        .map(task_view)
-        .collect::<Result<Vec<_>, _>>()?;
-    let end = offset.saturating_add(views.len());
+    let counts = api
+        .state
+        .engine
+        .count_by_status(&reader()?, filter.clone())
+        .await?;
+    let total: u64 = counts
+        .iter()
+        .filter(|(status, _)| statuses.is_empty() || statuses.contains(status))
+        .map(|(_, n)| n)
+        .sum();
+    let page = api.state.engine.list(&reader()?, filter).await?;
+    let views = page.iter().map(task_view).collect::<Result<Vec<_>, _>>()?;
+    let end = query.offset.unwrap_or(0).saturating_add(views.len() as u64);
     let next_offset = (end < total).then_some(end);
     let mut body = json!({
         "tasks": views,
         "total": total,
         "next_offset": next_offset,
-        "complete": complete,
+        "complete": true,
     });
-    if let Some(counts) = counts {
+    if query.counts == Some(true) {
         let by_status: BTreeMap<&str, u64> = counts
             .iter()
             .map(|(status, n)| (status.as_str(), *n))
             .collect();
         body["counts"] = json!(by_status);
-        // Counted by the store over every matching task: always complete (kept for clients
-        // of the time the counts came from the scan).
+        // The store counts every matching task: always complete (kept for older clients).
         body["counts_complete"] = json!(true);
     }
     Ok(Json(body))

@@ -192,9 +192,18 @@ pub(crate) async fn list_tasks(
     let mut query = QueryBuilder::new(SELECT_TASKS);
     query.push(" WHERE TRUE");
     push_filter(&mut query, filter, true);
-    query.push(" ORDER BY t.created_at DESC, t.id DESC");
+    query.push(if filter.oldest_first {
+        " ORDER BY t.created_at, t.id"
+    } else {
+        " ORDER BY t.created_at DESC, t.id DESC"
+    });
     if let Some(limit) = filter.limit {
         query.push(" LIMIT ").push_bind(i64::from(limit));
+    }
+    if let Some(offset) = filter.offset {
+        query
+            .push(" OFFSET ")
+            .push_bind(i64::try_from(offset).unwrap_or(i64::MAX));
     }
     tasks_of(connection, query, "listing tasks").await
 }
