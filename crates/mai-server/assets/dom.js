@@ -174,6 +174,21 @@ export function throttle(fn, ms = 500) {
   return throttled;
 }
 
+/** A page that also refreshes on a clock (state no event announces): `load` now, throttled to
+ *  once per second, and every `every` ms; what a page module returns (`resync`, `dispose`). */
+export function refreshing(load, every = 10000) {
+  const reload = throttle(load, 1000);
+  reload();
+  const timer = setInterval(reload, every);
+  return {
+    resync: reload,
+    dispose: () => {
+      clearInterval(timer);
+      reload.cancel();
+    },
+  };
+}
+
 /** For a page's reads, which live updates can overlap: `const load = latest(async (current) =>
  *  …)`. `current()` turns false once a newer call has started, so the answer of an older,
  *  slower read is dropped instead of being drawn over a newer one. */

@@ -8,7 +8,7 @@
 // events, so it never drifts.
 
 import { api, failed } from './api.js';
-import { h, put, when, throttle, latest } from './dom.js';
+import { h, put, when, latest, refreshing } from './dom.js';
 import { lineChart } from './charts.js';
 
 export function render(main) {
@@ -31,16 +31,7 @@ export function render(main) {
     else failed(history.reason, put(charts));
   });
 
-  const reload = throttle(load, 1000);
-  reload();
-  const timer = setInterval(reload, 10000);
-  return {
-    resync: reload,
-    dispose: () => {
-      clearInterval(timer);
-      reload.cancel();
-    },
-  };
+  return refreshing(load);
 }
 
 function partsOf(report) {

@@ -5,7 +5,7 @@
 // an event), and at once after a reconnect or missed events.
 
 import { api, failed } from './api.js';
-import { h, put, throttle, latest } from './dom.js';
+import { h, put, latest, refreshing } from './dom.js';
 
 const ROLES = ['guest', 'user', 'admin'];
 
@@ -30,16 +30,7 @@ export function render(main) {
     }
   });
 
-  const reload = throttle(load, 1000);
-  reload();
-  const timer = setInterval(reload, 10000);
-  return {
-    resync: reload,
-    dispose: () => {
-      clearInterval(timer);
-      reload.cancel();
-    },
-  };
+  return refreshing(load);
 }
 
 function table(tools) {
