@@ -908,3 +908,53 @@ async fn a_focused_task_link_keeps_the_focus_when_a_new_task_arrives_live() {
     assert_eq!(focused, json!(link), "the focus stayed on the link");
     browser.close().await;
 }
+
+#[tokio::test]
+async fn a_focused_chat_summary_keeps_the_focus_when_the_waiting_list_updates_live() {
+    let instance = instance().await;
+    let Some(browser) = Browser::start(1280, 860, false).await else {
+        return;
+    };
+    let mut stream = SseReader::new(events(&instance.api, &instance.served.base).await);
+    let first = instance
+        .create(json!({"intent": "sweep the porch", "title": "sweep the porch"}))
+        .await;
+    let first = first["id"].as_str().unwrap().to_owned();
+    stream
+        .wait_status(&first, "waiting_input", "the first question")
+        .await;
+    logged_in(&browser, &instance, "#/waiting").await;
+    browser.wait_text("#waiting-list", "sweep the porch").await;
+    // A keyboard user on the fold of the task's chat (a summary has no id of its own).
+    browser
+        .client
+        .execute(
+            "document.querySelector(`#chat-${arguments[0]} > summary`).focus()",
+            vec![json!(first)],
+        )
+        .await
+        .unwrap();
+    let second = instance
+        .create(json!({"intent": "sweep the yard", "title": "sweep the yard"}))
+        .await;
+    let second = second["id"].as_str().unwrap().to_owned();
+    stream
+        .wait_status(&second, "waiting_input", "the second question")
+        .await;
+    browser.wait_text("#waiting-list", "sweep the yard").await;
+    let focused = browser
+        .client
+        .execute(
+            "const a = document.activeElement;
+             return a.tagName + ' in ' + (a.parentElement ? a.parentElement.id : '');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        focused,
+        json!(format!("SUMMARY in chat-{first}")),
+        "the focus stayed on the chat's fold"
+    );
+    browser.close().await;
+}

@@ -55,6 +55,11 @@ export function putKeeping(el, ...children) {
   const folds = [...el.querySelectorAll('details[id]')].map((d) => [d.id, d.open]);
   const active = document.activeElement;
   const focused = active && active !== el && el.contains(active) && active.id ? active.id : null;
+  // A fold's summary (it has no id of its own) is found again through its fold's id.
+  const summaryOf =
+    !focused && active && active.tagName === 'SUMMARY' && el.contains(active)
+      ? active.parentElement?.closest('details[id]')?.id ?? null
+      : null;
   put(el, ...children);
   const inside = (id) => {
     const found = document.getElementById(id);
@@ -77,6 +82,7 @@ export function putKeeping(el, ...children) {
     if (fold) fold.open = open;
   }
   if (focused) inside(focused)?.focus({ preventScroll: true });
+  if (summaryOf) inside(summaryOf)?.querySelector(':scope > summary')?.focus({ preventScroll: true });
   return el;
 }
 

@@ -68,6 +68,8 @@ pub(crate) struct TaskRow {
     pub requester: Option<String>,
     /// The task that made this one with `create_subtask` (not set for reply tasks); set once.
     pub created_by: Option<String>,
+    /// The task that made this one, a reply's included; set once.
+    pub parent_id: Option<String>,
 }
 
 impl TaskRow {
@@ -93,6 +95,7 @@ impl TaskRow {
                 .parent_task_id
                 .filter(|_| !task.metadata.is_reply)
                 .map(id_key),
+            parent_id: task.metadata.parent_task_id.map(id_key),
         })
     }
 }

@@ -27,5 +27,10 @@ pub(crate) static TASKS: Migrations = Migrations {
             description: "usage",
             sql: include_str!("../migrations/0004_usage.sql"),
         },
+        Migration {
+            version: 5,
+            description: "parent",
+            sql: include_str!("../migrations/0005_parent.sql"),
+        },
     ],
 };

@@ -204,7 +204,8 @@ fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<
     let inserted = connection
         .prepare_cached(
             "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-             record, requester, created_by, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             record, requester, created_by, parent_id, id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .and_then(|mut insert| {
             insert.execute(params![
@@ -218,6 +219,7 @@ fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<
                 row.record,
                 row.requester,
                 row.created_by,
+                row.parent_id,
                 row.id,
             ])
         });

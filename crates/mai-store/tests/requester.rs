@@ -180,6 +180,8 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
     // migrations gone.
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
     for statement in [
+        "DROP INDEX tasks_by_parent",
+        "ALTER TABLE tasks DROP COLUMN parent_id",
         "DROP TABLE usage",
         "DROP INDEX tasks_by_requester",
         "DROP INDEX tasks_by_created_by",
@@ -194,7 +196,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
     drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 4);
+    assert_eq!(store.schema_version().await.unwrap(), 5);
     let of = |who: &str| TaskFilter {
         requester: Some(person(who)),
         ..TaskFilter::default()
@@ -212,4 +214,10 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
         .await
         .unwrap();
     assert_eq!(counts.children, 1);
+    // Version 5 names the parent of the tasks that were there before it.
+    let children = TaskFilter {
+        parent: Some(parent.id),
+        ..TaskFilter::default()
+    };
+    assert_eq!(titles(&store, children).await, ["sub-task"]);
 }

@@ -214,6 +214,16 @@ async fn insert_tasks(
     .execute(&mut *connection)
     .await
     .map_err(pg("copying task rows"))?;
+    // The parent column (SQLite's version 5 has it too; read from the records, as its
+    // migration does, so a file of any version copies the same).
+    sqlx::query(
+        "UPDATE tasks SET parent_id = replace(record::jsonb #>> '{metadata,parent_task_id}', \
+         '-', '') WHERE parent_id IS NULL \
+         AND record::jsonb #>> '{metadata,parent_task_id}' IS NOT NULL",
+    )
+    .execute(&mut *connection)
+    .await
+    .map_err(pg("copying task rows"))?;
     Ok(())
 }
 

@@ -57,6 +57,11 @@ static TASKS: Migrations = Migrations {
             description: "leases",
             sql: include_str!("../../migrations/postgres/0003_leases.sql"),
         },
+        Migration {
+            version: 4,
+            description: "parent",
+            sql: include_str!("../../migrations/postgres/0004_parent.sql"),
+        },
     ],
 };
 

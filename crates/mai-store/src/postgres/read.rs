@@ -156,11 +156,8 @@ fn push_filter(query: &mut QueryBuilder<Postgres>, filter: &TaskFilter, statuses
         condition("t.level = ", level_text(level).to_owned());
     }
     if let Some(parent) = filter.parent {
-        // Sub-tasks carry it in `created_by` too, reply tasks only in their record.
-        condition(
-            "(t.record::jsonb #>> '{metadata,parent_task_id}') = ",
-            parent.to_string(),
-        );
+        // Sub-tasks and replies alike (`created_by` names sub-tasks only).
+        condition("t.parent_id = ", id_key(parent));
     }
     if let Some(since) = filter.created_since {
         condition("t.created_at >= ", time_text(since));

@@ -147,10 +147,10 @@ pub(crate) async fn insert(
 ) -> Result<bool, StoreError> {
     let inserted = sqlx::query(
         "INSERT INTO tasks (id, title, owner, stream_id, status, level, created_at, updated_at, \
-         record, requester, created_by, lease_owner, lease_until) VALUES ($1, $2, $3, $4, $5, \
-         $6, $7, $8, $9, $10, $11, CASE WHEN $5 = 'running' THEN $12::text END, \
+         record, requester, created_by, lease_owner, lease_until, parent_id) VALUES ($1, $2, $3, \
+         $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $5 = 'running' THEN $12::text END, \
          CASE WHEN $5 = 'running' AND $12::text IS NOT NULL \
-         THEN now() + make_interval(secs => $13::float8) END) \
+         THEN now() + make_interval(secs => $13::float8) END, $14) \
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&row.id)
@@ -166,6 +166,7 @@ pub(crate) async fn insert(
     .bind(row.created_by.as_deref())
     .bind(holder.instance.as_deref())
     .bind(holder.lease_secs)
+    .bind(row.parent_id.as_deref())
     .execute(&mut *connection)
     .await;
     let inserted = match inserted {
