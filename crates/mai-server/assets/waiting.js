@@ -62,6 +62,8 @@ function card(task, since, chats) {
     try {
       await api(`/v1/tasks/${encodeURIComponent(task.id)}/answer`, { method: 'POST', body: { text: text.value } });
       put(status, notice('Answered: the task resumes.', 'ok'));
+      // Emptied, so a question the task asks next does not come back with this answer in it.
+      text.value = '';
       text.disabled = true;
     } catch (error) {
       button.disabled = false;
