@@ -12,6 +12,10 @@
 //! Each database a test asks for is owned by the role `mai`, which is not a superuser: what the
 //! code under test does there (migrations included) must work with an owner's rights only.
 //!
+//! A test killed before it drops its cluster (nextest's timeout, a SIGKILL) leaves nothing
+//! running: a watchdog in its own session stops the server and removes the directory when the
+//! test process is gone.
+//!
 //! A missing PostgreSQL prints SKIP and [`PgCluster::start`] returns `None`; under `CI=true` it
 //! fails the test instead (`peers::peer_missing`).
 
@@ -40,6 +44,9 @@ pub struct PgCluster {
     /// The unprivileged user the server runs as when this process is root.
     run_as: Option<String>,
     next_database: AtomicU32,
+    /// Stops the server and removes its directory once this process is gone, however it ends
+    /// (a test killed at its timeout runs no `Drop`): it reads a pipe only this process holds.
+    _watchdog: Option<std::process::Child>,
 }
 
 /// The directory of `initdb`, `pg_ctl`, `postgres` and `psql`, from `setup.sh` (run once per
@@ -134,7 +141,10 @@ impl PgCluster {
             port: 0,
             run_as,
             next_database: AtomicU32::new(0),
+            _watchdog: None,
         };
+        // First, so no moment leaves a directory or a server without its watchdog.
+        cluster._watchdog = cluster.watchdog();
         cluster.init();
         cluster.serve();
         cluster.psql_as_superuser(
@@ -200,6 +210,33 @@ impl PgCluster {
             last = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
         }
         panic!("the PostgreSQL server did not start; its log:\n{last}");
+    }
+
+    /// A detached shell (its own session, so a kill of this test's process group spares it)
+    /// that waits for the end of its standard input — this process's end, whichever way — then
+    /// stops the server at once and removes the cluster's directory. Nothing polls.
+    fn watchdog(&self) -> Option<std::process::Child> {
+        let stop = self.server_command("pg_ctl");
+        let mut words: Vec<String> = vec![stop.get_program().to_string_lossy().into_owned()];
+        words.extend(stop.get_args().map(|a| a.to_string_lossy().into_owned()));
+        let quoted = |w: &str| format!("'{}'", w.replace('\'', "'\\''"));
+        let script = format!(
+            "cat >/dev/null; {} -D {} -m immediate -w stop; rm -rf {}",
+            words
+                .iter()
+                .map(|w| quoted(w))
+                .collect::<Vec<_>>()
+                .join(" "),
+            quoted(&self.data_dir().to_string_lossy()),
+            quoted(&self.dir.path().to_string_lossy()),
+        );
+        Command::new("setsid")
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()
     }
 
     /// The temporary directory holding the cluster, its socket and its log.
