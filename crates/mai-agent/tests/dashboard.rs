@@ -629,6 +629,17 @@ async fn chat_reads(browser: &Browser, least: usize) -> usize {
     usize::try_from(reads.as_u64().unwrap()).unwrap()
 }
 
+/// Creates a task titled `title` (the model asks it "Which colour?") and waits on `stream` until
+/// it waits for the answer; its id.
+async fn asking(instance: &Instance, stream: &mut SseReader, title: &str) -> String {
+    let task = instance
+        .create(json!({"intent": title, "title": title}))
+        .await;
+    let id = task["id"].as_str().unwrap().to_owned();
+    stream.wait_status(&id, "waiting_input", title).await;
+    id
+}
+
 #[tokio::test]
 async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_live() {
     let instance = instance().await;
@@ -636,13 +647,7 @@ async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_l
         return;
     };
     let mut stream = SseReader::new(events(&instance.api, &instance.served.base).await);
-    let first = instance
-        .create(json!({"intent": "paint the fence", "title": "paint the fence"}))
-        .await;
-    let first = first["id"].as_str().unwrap().to_owned();
-    stream
-        .wait_status(&first, "waiting_input", "the first question")
-        .await;
+    let first = asking(&instance, &mut stream, "paint the fence").await;
     logged_in(&browser, &instance, "#/waiting").await;
     browser.wait_text("#waiting-list", "paint the fence").await;
     // The person opens the task's chat: it is read once.
@@ -657,13 +662,7 @@ async fn an_answer_being_typed_keeps_its_text_and_focus_while_the_list_updates_l
     field.send_keys("dark gre").await.unwrap();
 
     // Another task starts waiting: the list is read and drawn again under the person's hands.
-    let second = instance
-        .create(json!({"intent": "paint the shed", "title": "paint the shed"}))
-        .await;
-    let second = second["id"].as_str().unwrap().to_owned();
-    stream
-        .wait_status(&second, "waiting_input", "the second question")
-        .await;
+    asking(&instance, &mut stream, "paint the shed").await;
     browser.wait_text("#waiting-list", "paint the shed").await;
     let kept = browser
         .client
@@ -916,13 +915,7 @@ async fn a_focused_chat_summary_keeps_the_focus_when_the_waiting_list_updates_li
         return;
     };
     let mut stream = SseReader::new(events(&instance.api, &instance.served.base).await);
-    let first = instance
-        .create(json!({"intent": "sweep the porch", "title": "sweep the porch"}))
-        .await;
-    let first = first["id"].as_str().unwrap().to_owned();
-    stream
-        .wait_status(&first, "waiting_input", "the first question")
-        .await;
+    let first = asking(&instance, &mut stream, "sweep the porch").await;
     logged_in(&browser, &instance, "#/waiting").await;
     browser.wait_text("#waiting-list", "sweep the porch").await;
     // A keyboard user on the fold of the task's chat (a summary has no id of its own).
@@ -934,13 +927,7 @@ async fn a_focused_chat_summary_keeps_the_focus_when_the_waiting_list_updates_li
         )
         .await
         .unwrap();
-    let second = instance
-        .create(json!({"intent": "sweep the yard", "title": "sweep the yard"}))
-        .await;
-    let second = second["id"].as_str().unwrap().to_owned();
-    stream
-        .wait_status(&second, "waiting_input", "the second question")
-        .await;
+    asking(&instance, &mut stream, "sweep the yard").await;
     browser.wait_text("#waiting-list", "sweep the yard").await;
     let focused = browser
         .client
