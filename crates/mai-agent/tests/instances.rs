@@ -61,18 +61,6 @@ impl Respond for Script {
     }
 }
 
-fn completion(body: &Value, message: Value) -> ResponseTemplate {
-    let finish = if message.get("tool_calls").is_some() {
-        "tool_calls"
-    } else {
-        "stop"
-    };
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-    }))
-}
-
 /// The fake model running `steps`, holding the first call made with `hold_at` tool results.
 async fn model(
     steps: fn(usize, &Value) -> Value,

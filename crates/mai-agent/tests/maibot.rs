@@ -186,19 +186,6 @@ impl Respond for Script {
     }
 }
 
-fn completion(body: &Value, message: Value) -> ResponseTemplate {
-    let finish = if message.get("tool_calls").is_some() {
-        "tool_calls"
-    } else {
-        "stop"
-    };
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }))
-}
-
 /// A message's content as text (a string, or the text parts of a list).
 fn content_text(content: &Value) -> String {
     match content {

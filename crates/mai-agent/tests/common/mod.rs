@@ -113,6 +113,21 @@ pub fn last_tool_result(body: &Value) -> String {
     content.expect("a text tool result").to_owned()
 }
 
+/// A chat completion answering `body` with the assistant `message` (its finish reason from
+/// whether it calls tools), reporting 1 prompt and 1 completion token.
+pub fn completion(body: &Value, message: Value) -> ResponseTemplate {
+    let finish = if message.get("tool_calls").is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }))
+}
+
 pub fn answer(text: &str) -> Value {
     json!({"role": "assistant", "content": text})
 }
