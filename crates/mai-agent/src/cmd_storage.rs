@@ -83,11 +83,13 @@ async fn migrate(settings: &Settings, to: &str) -> Result<()> {
         .map(|(table, n)| format!("{} {n}", table.trim_start_matches("host_")))
         .collect();
     println!(
-        "copied {} task(s) with {} status-log line(s) and {} history entries, and the chat \
-         tables ({}) from {} into the PostgreSQL database; the counts match on both sides",
+        "copied {} task(s) with {} status-log line(s), {} history entries and {} usage \
+         record(s), and the chat tables ({}) from {} into the PostgreSQL database; the counts \
+         match on both sides",
         tasks.tasks,
         tasks.status_log,
         tasks.history,
+        tasks.usage,
         tables.join(", "),
         source_path.display()
     );

@@ -179,11 +179,13 @@ async fn a_person_logs_in_with_the_token_and_sees_a_task_created_through_the_api
 
     a_scheduled_task_pauses_and_resumes_on_the_schedules_page(&browser, &instance, weekly).await;
     // Cancel asks first there too; the second press cancels.
-    let cancel = browser.find(&format!("#cancel-{weekly}")).await;
-    cancel.click().await.unwrap();
-    assert_eq!(cancel.text().await.unwrap(), "Really cancel?");
+    // A live update may redraw the button between two steps (it stays armed): found anew each
+    // time.
+    let cancel = format!("#cancel-{weekly}");
+    browser.find(&cancel).await.click().await.unwrap();
+    browser.wait_text(&cancel, "Really cancel?").await;
     assert_eq!(instance.task(weekly).await["status"], "scheduled");
-    cancel.click().await.unwrap();
+    browser.find(&cancel).await.click().await.unwrap();
     browser.wait_text("main", "cancel done").await;
     assert_eq!(instance.task(weekly).await["status"], "cancelled");
     browser.close().await;

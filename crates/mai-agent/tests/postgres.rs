@@ -169,10 +169,16 @@ async fn storage_migrate_moves_a_sqlite_store_into_an_empty_postgres_and_refuses
     );
     let file = data.path().join("mai-agent.db");
     let name = PgCluster::database_name(&url);
+    assert_ne!(sqlite_count(&file, "usage"), "0", "the task's model calls");
+    assert!(
+        stdout.contains(&format!("{} usage record(s)", sqlite_count(&file, "usage"))),
+        "{stdout}"
+    );
     for table in [
         "tasks",
         "task_status_log",
         "task_history",
+        "usage",
         "host_streams",
         "host_messages",
         "host_accounts",

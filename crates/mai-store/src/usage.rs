@@ -18,7 +18,8 @@ use crate::error::db;
 /// One usage record as column values.
 #[derive(Debug)]
 pub(crate) struct UsageRow {
-    pub(crate) record_id: String,
+    /// None only for rows written before records had ids (copied as they are).
+    pub(crate) record_id: Option<String>,
     pub(crate) at: String,
     pub(crate) day: String,
     pub(crate) task_id: Option<String>,
@@ -45,7 +46,7 @@ pub(crate) fn encode_usage(records: &[UsageRecord]) -> Vec<UsageRow> {
     records
         .iter()
         .map(|r| UsageRow {
-            record_id: r.id.simple().to_string(),
+            record_id: Some(r.id.simple().to_string()),
             at: time_text(r.at),
             day: r.day.format("%Y-%m-%d").to_string(),
             task_id: r.task_id.map(id_key),

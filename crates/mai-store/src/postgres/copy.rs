@@ -1,14 +1,18 @@
 //! Moving up from SQLite: copying the task tables of a SQLite database into an empty PostgreSQL
 //! one (`mai-agent storage migrate`). Rows are copied as they are — both schemas have the same
 //! columns and the same text encodings (src/codec.rs) — in one transaction, then counted on both
-//! sides. Must not: write into a database that already holds tasks, or change the source.
+//! sides; usage records keep their ids (a record is stored once). Must not: write into a
+//! database that already holds tasks, or change the source.
 
 use mai_core::store::StoreError;
+use mai_core::usage::UsagePurpose;
 use rusqlite::Connection;
 
 use super::PgStore;
+use super::usage::insert_usage;
 use crate::database::Database;
 use crate::error::{closed, db, pg};
+use crate::usage::UsageRow;
 
 /// Rows per INSERT statement.
 const CHUNK: usize = 500;
@@ -19,6 +23,8 @@ pub struct TaskRows {
     pub tasks: u64,
     pub status_log: u64,
     pub history: u64,
+    /// Usage records (model calls).
+    pub usage: u64,
 }
 
 type TaskRow = (
@@ -37,11 +43,12 @@ type TaskRow = (
 type LogRow = (String, i64, String, String, String, String);
 type HistoryRow = (String, i64, i64, String, String, String);
 
-/// Every row of the three task tables of a SQLite database.
+/// Every row of the task tables of a SQLite database.
 struct Source {
     tasks: Vec<TaskRow>,
     log: Vec<LogRow>,
     history: Vec<HistoryRow>,
+    usage: Vec<UsageRow>,
 }
 
 /// A row of six columns whose third is text in the log and a number in the history.
@@ -114,11 +121,52 @@ fn read_source(connection: &Connection) -> Result<Source, StoreError> {
     .into_iter()
     .map(|(task, seq, round, kind, payload, at)| (task, seq, number(round), kind, payload, at))
     .collect();
+    let usage = read_usage(connection).map_err(db(DOING))?;
     Ok(Source {
         tasks,
         log,
         history,
+        usage,
     })
+}
+
+/// Every usage record, oldest first (a purpose this version does not know is refused).
+fn read_usage(connection: &Connection) -> rusqlite::Result<Vec<UsageRow>> {
+    connection
+        .prepare(
+            "SELECT at, day, task_id, round, purpose, model, prompt_tokens, completion_tokens, \
+             cached_tokens, estimated, latency_ms, owner, requester, stream_id, cost, record_id \
+             FROM usage ORDER BY id",
+        )?
+        .query_map([], |r| {
+            let purpose: String = r.get(4)?;
+            let purpose = UsagePurpose::parse(&purpose).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    4,
+                    rusqlite::types::Type::Text,
+                    format!("unknown usage purpose {purpose:?}").into(),
+                )
+            })?;
+            Ok(UsageRow {
+                at: r.get(0)?,
+                day: r.get(1)?,
+                task_id: r.get(2)?,
+                round: r.get(3)?,
+                purpose: purpose.as_str(),
+                model: r.get(5)?,
+                prompt_tokens: r.get(6)?,
+                completion_tokens: r.get(7)?,
+                cached_tokens: r.get(8)?,
+                estimated: r.get(9)?,
+                latency_ms: r.get(10)?,
+                owner: r.get(11)?,
+                requester: r.get(12)?,
+                stream_id: r.get(13)?,
+                cost: r.get(14)?,
+                record_id: r.get(15)?,
+            })
+        })?
+        .collect()
 }
 
 impl PgStore {
@@ -131,8 +179,9 @@ impl PgStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    /// Copies every task, status-log line and history entry of the SQLite database `source`
-    /// into this database, which must hold no task; checks the counts on both sides.
+    /// Copies every task, status-log line, history entry and usage record of the SQLite
+    /// database `source` into this database, which must hold no task; checks the counts on both
+    /// sides.
     pub async fn copy_tasks_from(&self, source: &Database) -> Result<TaskRows, StoreError> {
         const DOING: &str = "copying the tasks into PostgreSQL";
         if self.task_count().await? > 0 {
@@ -156,9 +205,12 @@ impl PgStore {
         for chunk in rows.history.chunks(CHUNK) {
             insert_history(&mut transaction, chunk).await?;
         }
-        let counted: (i64, i64, i64) = sqlx::query_as(
+        for chunk in rows.usage.chunks(CHUNK) {
+            insert_usage(&mut transaction, chunk, "copying usage rows").await?;
+        }
+        let counted: (i64, i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM task_status_log), \
-             (SELECT count(*) FROM task_history)",
+             (SELECT count(*) FROM task_history), (SELECT count(*) FROM usage)",
         )
         .fetch_one(&mut *transaction)
         .await
@@ -167,9 +219,15 @@ impl PgStore {
             tasks: rows.tasks.len() as u64,
             status_log: rows.log.len() as u64,
             history: rows.history.len() as u64,
+            usage: rows.usage.len() as u64,
         };
-        let found = (counted.0 as u64, counted.1 as u64, counted.2 as u64);
-        if found != (copied.tasks, copied.status_log, copied.history) {
+        let found = TaskRows {
+            tasks: counted.0 as u64,
+            status_log: counted.1 as u64,
+            history: counted.2 as u64,
+            usage: counted.3 as u64,
+        };
+        if found != copied {
             return Err(StoreError::Database {
                 doing: DOING,
                 source: format!(
