@@ -4,7 +4,9 @@
 //! answer given through one instance resumes a task that asked through another; a cron task
 //! fires once per fire time with two instances armed; a message that two instances receive from
 //! one OneBot implementation is processed by one; a task created and paused through one instance
-//! shows live on the other's event stream (`changed` events), as its dashboard needs.
+//! shows live on the other's event stream (`changed` events), as its dashboard needs; under a
+//! cluster-wide cap of one, tasks created through both instances run one at a time, and all
+//! complete.
 //!
 //! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
 //! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
@@ -425,6 +427,131 @@ async fn a_cron_task_runs_once_per_fire_time_with_two_instances_armed() {
     assert_ne!(runs[0], runs[1], "two different minutes: {runs:?}");
     assert_eq!(cluster.status(&id).await, "scheduled");
     let _ = &cluster.url;
+}
+
+/// One harmless command, then the answer: two model rounds, so runs last long enough to meet.
+fn command_then_answer(results: usize, _: &Value) -> Value {
+    match results {
+        0 => tool_call("c0", "run_command", json!({"command": "echo working"})),
+        _ => answer("done"),
+    }
+}
+
+impl Cluster {
+    /// Records, in the table `test_running`, every transaction that moved tasks into or out of
+    /// `running`: its id, its net change and the clock when its last such row was written. A
+    /// claim under the cap writes its row after taking the claim lock, so a claim that counted
+    /// an end is recorded after that end; the running total in that order is how many tasks
+    /// ran at once. Needs the tables (an instance has migrated them).
+    async fn record_running(&self) {
+        for statement in [
+            "CREATE TABLE test_running (tx bigint, at timestamptz, delta int)",
+            "CREATE FUNCTION test_running_change() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF (NEW.status = 'running') IS DISTINCT FROM \
+             (TG_OP = 'UPDATE' AND OLD.status = 'running') THEN \
+             INSERT INTO test_running VALUES (txid_current(), clock_timestamp(), \
+             CASE WHEN NEW.status = 'running' THEN 1 ELSE -1 END); END IF; \
+             RETURN NULL; END $$",
+            "CREATE TRIGGER test_running_change AFTER INSERT OR UPDATE ON tasks \
+             FOR EACH ROW EXECUTE FUNCTION test_running_change()",
+        ] {
+            sqlx::query(statement).execute(&self.pool).await.unwrap();
+        }
+    }
+
+    /// The most tasks running at once, from `test_running`.
+    async fn most_running_at_once(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COALESCE(max(running), 0)::bigint FROM (SELECT sum(net) OVER \
+             (ORDER BY at, tx) AS running FROM (SELECT tx, max(at) AS at, sum(delta) AS net \
+             FROM test_running GROUP BY tx) changes) totals",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// Waits until no task is left unfinished: counts them, then again after each change.
+    async fn wait_all_finished(&mut self) {
+        let finished = tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                let unfinished: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM tasks \
+                     WHERE status NOT IN ('completed', 'failed', 'cancelled')",
+                )
+                .fetch_one(&self.pool)
+                .await
+                .unwrap();
+                if unfinished == 0 {
+                    return;
+                }
+                self.listener.recv().await.unwrap();
+            }
+        })
+        .await;
+        assert!(finished.is_ok(), "some tasks never finished");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_wide_cap_of_one_lets_one_task_run_at_a_time_across_two_instances_and_all_complete()
+ {
+    let capped = "[task]\ncluster_max_running = 1\n[send]\nmax_retries = 0\n";
+    let Some(mut cluster) = Cluster::start(capped).await else {
+        return;
+    };
+    let (model, _) = model(command_then_answer, None).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let b = cluster.serve("b", &model, data.path());
+    cluster.record_running().await;
+    let client = reqwest::Client::new();
+    // Through both instances at once, with 4 slots each: pending tasks queued everywhere, and
+    // delayed ones that fall due together on both instances.
+    let creations = (0..8).map(|n| {
+        let base = if n % 2 == 0 { &a.base } else { &b.base };
+        let mut fields = json!({"intent": format!("capped task {n}")});
+        if n >= 6 {
+            fields["delay_seconds"] = json!(1);
+        }
+        create_with(&client, base, fields)
+    });
+    let ids = futures::future::join_all(creations).await;
+    cluster.wait_all_finished().await;
+    for id in &ids {
+        assert_eq!(
+            cluster.status(id).await,
+            "completed",
+            "{:?}",
+            cluster.log(id).await
+        );
+    }
+    let runners: std::collections::HashSet<String> =
+        futures::future::join_all(ids.iter().map(|id| cluster.runner(id)))
+            .await
+            .into_iter()
+            .collect();
+    assert_eq!(
+        cluster.most_running_at_once().await,
+        1,
+        "tasks run by {runners:?}"
+    );
+    // The replies ran too, under the same cap; the test's console chat has no channel, so
+    // each failed its one send attempt rather than vanishing.
+    let replies: Vec<String> = sqlx::query_scalar(
+        "SELECT status || ' ' || (record::jsonb #>> '{metadata,error}') FROM tasks \
+         WHERE record::jsonb #>> '{metadata,is_reply}' = 'true'",
+    )
+    .fetch_all(&cluster.pool)
+    .await
+    .unwrap();
+    assert_eq!(replies.len(), ids.len(), "{replies:?}");
+    assert!(
+        replies
+            .iter()
+            .all(|reply| reply.starts_with("failed could not send to stream console:local")),
+        "{replies:?}"
+    );
 }
 
 /// A OneBot v11 implementation's forward WebSocket that several instances connect to, as they

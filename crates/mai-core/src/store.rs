@@ -173,6 +173,19 @@ pub enum SaveOutcome {
     },
 }
 
+/// What a claim of a task into `running` came to ([`TaskStore::claim`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// Claimed: the record as written.
+    Claimed(Box<TaskRecord>),
+    /// Not claimed: the task is gone, no longer claimable (the change declined it), or its
+    /// status changed first. Nothing was written.
+    Declined,
+    /// Not claimed: as many tasks as the cluster-wide cap allows already run, on whichever
+    /// instances. Nothing was written; the task stays as it was.
+    Full,
+}
+
 /// The result of resolving what a person typed as a task reference.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
@@ -293,6 +306,24 @@ pub trait TaskStore: Send + Sync + 'static {
         Ok(match self.save(&task, Some(read)).await? {
             SaveOutcome::Saved => Some(task),
             SaveOutcome::Conflict { .. } => None,
+        })
+    }
+
+    /// [`TaskStore::update`] for a claim: `change` moves the task into `running`. With `cap`,
+    /// a shared store refuses the claim ([`Claim::Full`]) when `cap` tasks already run across
+    /// every instance, counted in the claim's own transaction under a lock every capped claim
+    /// takes, so two instances cannot both take the last slot. The default — a store one
+    /// instance uses, whose own slots already bound what runs — ignores `cap`.
+    async fn claim(
+        &self,
+        id: TaskId,
+        change: Change,
+        cap: Option<u32>,
+    ) -> Result<Claim, StoreError> {
+        let _ = cap;
+        Ok(match self.update(id, change).await? {
+            Some(task) => Claim::Claimed(Box::new(task)),
+            None => Claim::Declined,
         })
     }
 

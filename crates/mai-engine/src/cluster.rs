@@ -2,7 +2,9 @@
 //! what an instance does to stay one of many — renewing the leases of the tasks it runs on the
 //! heartbeat timer, acting on stop requests left for them, sweeping for tasks whose lease
 //! expired (their instance died) and adopting them, and following the store's notices so that
-//! tasks created or changed elsewhere are armed, queued or withdrawn here too.
+//! tasks created or changed elsewhere are armed, queued or withdrawn here too — and, under a
+//! cluster-wide cap (`[task] cluster_max_running`), hearing that a running task ended anywhere,
+//! so that the tasks whose claims found the cluster full try again.
 //!
 //! Every instance knows every active task: scheduled ones are armed everywhere, pending ones
 //! queued everywhere, and the claim (a compare-and-set in the store) lets exactly one instance
@@ -201,7 +203,11 @@ impl Engine {
                 Ok(())
             }
             Notice::Changed(id) => self.follow(id).await,
-            Notice::Resync => self.take_up_all(Taking::Notice).await,
+            Notice::Resync => {
+                // An end may have been among the notices lost.
+                self.schedule.cluster_slot_freed();
+                self.take_up_all(Taking::Notice).await
+            }
         };
         if let Err(error) = result {
             tracing::warn!(%error, "could not follow a change made by another instance");
@@ -210,12 +216,22 @@ impl Engine {
     }
 
     /// Reads a task another instance changed and takes it up here (unless it runs here: the run
-    /// knows best).
+    /// knows best). Under a cluster-wide cap, a task that left `running` — here or anywhere —
+    /// frees a slot of the cluster: the tasks parked for one try their claims again.
     async fn follow(&self, id: TaskId) -> Result<(), EngineError> {
-        if self.schedule.control(id).is_some() {
+        let here = self.schedule.control(id).is_some();
+        let capped = self.cluster_cap().is_some();
+        if here && !capped {
             return Ok(());
         }
-        match self.store.get(id).await? {
+        let task = self.store.get(id).await?;
+        if capped && task.as_ref().is_none_or(left_running) {
+            self.schedule.cluster_slot_freed();
+        }
+        if here {
+            return Ok(());
+        }
+        match task {
             Some(task) => {
                 // What another instance did shows on this one's event stream too.
                 self.emit(TaskEvent::Changed {
@@ -230,4 +246,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// Whether `task`'s last status change took it out of `running` (it ended, paused, went back to
+/// waiting or to its next cron time).
+fn left_running(task: &mai_core::task::TaskRecord) -> bool {
+    task.status != TaskStatus::Running
+        && task
+            .status_log
+            .iter()
+            .rev()
+            .nth(1)
+            .is_some_and(|change| change.status == TaskStatus::Running)
 }

@@ -195,6 +195,15 @@ impl TaskStore for Store {
         self.inner().update(id, change).await
     }
 
+    async fn claim(
+        &self,
+        id: TaskId,
+        change: Change,
+        cap: Option<u32>,
+    ) -> Result<mai_core::store::Claim, StoreError> {
+        self.inner().claim(id, change, cap).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
         self.inner().get(id).await
     }
