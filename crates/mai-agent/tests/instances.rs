@@ -6,7 +6,9 @@
 //! one OneBot implementation is processed by one; a task created and paused through one instance
 //! shows live on the other's event stream (`changed` events), as its dashboard needs; under a
 //! cluster-wide cap of one, tasks created through both instances run one at a time, and all
-//! complete.
+//! complete; with the database stopped for 10 s mid-load, both instances stay up and say so
+//! (health 503, creates refused with 503, a log line), then finish every task, no checkpointed
+//! tool call run again.
 //!
 //! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
 //! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
@@ -15,6 +17,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod crash_kit;
 #[path = "../../../testing/postgres.rs"]
 mod pg_cluster;
 #[path = "../../../testing/sse.rs"]
@@ -123,11 +126,36 @@ impl Cluster {
 
     /// `serve` as instance `name`, with a data directory of its own (as on another machine).
     fn serve(&self, name: &str, model: &MockServer, data: &std::path::Path) -> Served {
+        self.serve_with(name, model, data, &[])
+    }
+
+    /// [`Cluster::serve`] with more environment variables.
+    fn serve_with(
+        &self,
+        name: &str,
+        model: &MockServer,
+        data: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Served {
         let mut command = serve_command(&data.join(name), model, Some(&self.config));
         command
             .env("MAI_AGENT__SERVER__INSTANCE_ID", name)
-            .env("MAI_AGENT_LOG", "info");
+            .env("MAI_AGENT_LOG", "info")
+            .envs(env.iter().copied());
         Served::start(command)
+    }
+
+    /// A new pool and LISTEN, after the database was stopped and started again (the old
+    /// connections died with it).
+    async fn reconnect(&mut self) {
+        self.pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+        self.listener = sqlx::postgres::PgListener::connect_with(&self.pool)
+            .await
+            .unwrap();
+        self.listener
+            .listen_all(["mai_tasks", "test_history"])
+            .await
+            .unwrap();
     }
 
     /// The stored status of task `id` (the API's id, with dashes).
@@ -473,7 +501,7 @@ impl Cluster {
 
     /// Waits until no task is left unfinished: counts them, then again after each change.
     async fn wait_all_finished(&mut self) {
-        let finished = tokio::time::timeout(Duration::from_secs(120), async {
+        let finished = tokio::time::timeout(Duration::from_secs(60), async {
             loop {
                 let unfinished: i64 = sqlx::query_scalar(
                     "SELECT count(*) FROM tasks \
@@ -489,7 +517,19 @@ impl Cluster {
             }
         })
         .await;
-        assert!(finished.is_ok(), "some tasks never finished");
+        if finished.is_err() {
+            let unfinished: Vec<String> = sqlx::query_scalar(
+                "SELECT t.id || ' ' || t.status || ' ' || coalesce(t.lease_owner, '-') || ': ' \
+                 || string_agg(l.status || '|' || l.actor || '|' || l.reason, ', ' \
+                 ORDER BY l.seq) FROM tasks t JOIN task_status_log l ON l.task_id = t.id \
+                 WHERE t.status NOT IN ('completed', 'failed', 'cancelled') \
+                 GROUP BY t.id, t.status, t.lease_owner",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .unwrap();
+            panic!("some tasks never finished: {unfinished:#?}");
+        }
     }
 }
 
@@ -552,6 +592,173 @@ async fn a_cluster_wide_cap_of_one_lets_one_task_run_at_a_time_across_two_instan
             .all(|reply| reply.starts_with("failed could not send to stream console:local")),
         "{replies:?}"
     );
+}
+
+/// Unix time in nanoseconds (the clock the side-effect lines are stamped with).
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+/// The crash suites' model (one side-effect line per round), on a server of its own.
+async fn crash_model(side_effects: &std::path::Path) -> MockServer {
+    let model = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(crash_kit::CrashModel {
+            side_effects: side_effects.display().to_string(),
+            calls: Arc::default(),
+            called: Arc::default(),
+            jitter: std::sync::atomic::AtomicU64::new(7),
+        })
+        .mount(&model)
+        .await;
+    model
+}
+
+/// What an instance answers while its database is down: `/v1/health` says the store is out
+/// (503), a create is refused with 503 and says what failed and what to do, and the log says
+/// the leases could not be renewed.
+async fn check_outage_reported(client: &reqwest::Client, instance: &Served) {
+    let health = client
+        .get(format!("{}/v1/health", instance.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 503);
+    let health: Value = health.json().await.unwrap();
+    assert_eq!(health["store"]["ok"], false, "{health}");
+    let healthz = client
+        .get(format!("{}/healthz", instance.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        healthz.status(),
+        200,
+        "still alive: a supervisor must not restart it"
+    );
+    let refused = client
+        .post(format!("{}/v1/tasks", instance.base))
+        .json(&json!({"intent": "made while the database is down",
+                      "stream_id": "console:local", "platform": "console"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    let refused: Value = refused.json().await.unwrap();
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("the database could not be reached")
+            && error.contains("check that the database server named by [storage] url"),
+        "{error}"
+    );
+    Served::wait_log(instance, "could not renew this instance's task leases").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_ride_out_ten_seconds_without_their_database_and_then_finish_every_task() {
+    let extra = "[task]\nmax_concurrent_tasks = 8\n[send]\nmax_retries = 0\n";
+    let Some(mut cluster) = Cluster::start(extra).await else {
+        return;
+    };
+    // The throwaway cluster commits asynchronously (fast tests); a commit must survive the
+    // stop here, as on a production server.
+    let database = pg_cluster::PgCluster::database_name(&cluster.url).to_owned();
+    cluster.cluster.psql_as_superuser(
+        "postgres",
+        &format!("ALTER DATABASE {database} SET synchronous_commit = on"),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let side_effects = data.path().join("side_effects");
+    let model = crash_model(&side_effects).await;
+    let mut a = cluster.serve_with("a", &model, data.path(), &[("MAI_CRASH_LIFE", "0")]);
+    let mut b = cluster.serve_with("b", &model, data.path(), &[("MAI_CRASH_LIFE", "1")]);
+    cluster.announce_history().await;
+    let client = reqwest::Client::new();
+    let body = |n: usize| {
+        json!({"intent": format!("crash-task o{n} rounds=3 ask=0"),
+               "stream_id": "console:local", "platform": "console"})
+    };
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        let base = if n % 2 == 0 { &a.base } else { &b.base };
+        ids.push(crash_kit::create(&client, base, &body(n)).await.unwrap());
+    }
+    // Mid-load: some rounds checkpointed, others in flight.
+    let loaded = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let results: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM task_history WHERE payload::jsonb ->> 'role' = 'tool'",
+            )
+            .fetch_one(&cluster.pool)
+            .await
+            .unwrap();
+            if results >= 8 {
+                return;
+            }
+            cluster.listener.recv().await.unwrap();
+        }
+    })
+    .await;
+    assert!(loaded.is_ok(), "the tasks never got going");
+
+    let down = tokio::time::Instant::now();
+    cluster.cluster.stop_now();
+    tokio::join!(
+        check_outage_reported(&client, &a),
+        check_outage_reported(&client, &b)
+    );
+    // The fault lasts 10 s (however long the checks above took within it).
+    tokio::time::sleep_until(down + Duration::from_secs(10)).await;
+    cluster.cluster.start_again();
+    let up_ns = now_ns();
+    cluster.reconnect().await;
+
+    // Serving again: a create passes, and every task (that one too) completes.
+    ids.push(
+        crash_kit::create(&client, &b.base, &body(12))
+            .await
+            .unwrap(),
+    );
+    cluster.wait_all_finished().await;
+    for (n, id) in ids.iter().enumerate() {
+        assert_eq!(cluster.status(id).await, "completed", "task o{n}");
+    }
+    for instance in [&mut a, &mut b] {
+        assert!(instance.child.try_wait().unwrap().is_none(), "stayed up");
+        let health = client
+            .get(format!("{}/v1/health", instance.base))
+            .send()
+            .await
+            .unwrap();
+        let health: Value = health.json().await.unwrap();
+        assert_eq!(health["store"]["ok"], true, "{health}");
+    }
+    // Each round's result is checkpointed once; any other run of it started before the
+    // database came back and before the counted run: it was lost with the outage, never
+    // run beside a live run of the same call.
+    let executed = crash_kit::runs_by_key(&side_effects);
+    let mut lost = 0;
+    for (n, id) in ids.iter().enumerate() {
+        let history = crash_kit::get(&client, format!("{}/v1/tasks/{id}/history", a.base)).await;
+        for round in 0..3 {
+            let key = format!("o{n}-r{round}");
+            let counted = crash_kit::checkpointed_starts(&history, &key);
+            assert_eq!(counted.len(), 1, "{key}: {counted:?}");
+            let runs = &executed[&key];
+            assert_eq!(runs.iter().filter(|r| r.at_ns == counted[0]).count(), 1);
+            for run in runs.iter().filter(|r| r.at_ns != counted[0]) {
+                assert!(
+                    run.at_ns < up_ns && run.at_ns < counted[0],
+                    "{key} ran again beside its counted run: {runs:?}"
+                );
+                lost += 1;
+            }
+        }
+    }
+    println!("database outage: 13 tasks completed, {lost} tool run(s) lost with it and redone");
 }
 
 /// A OneBot v11 implementation's forward WebSocket that several instances connect to, as they

@@ -210,6 +210,25 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The database server could not be reached (down, restarting, cut off): nothing was done,
+    /// and the same call may succeed once it is back.
+    #[error(
+        "the database could not be reached while {doing} ({source}); check that the database \
+         server named by [storage] url is running and reachable — nothing was written, and the \
+         service picks up by itself once it answers again"
+    )]
+    Unavailable {
+        doing: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// Whether the database could not be reached (try again later), rather than refused.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
 }
 
 /// The wake-ups of a shared store ([`TaskStore::notices`]); ends when the store closes.
@@ -374,9 +393,11 @@ pub trait TaskStore: Send + Sync + 'static {
         false
     }
 
-    /// Renews the leases of the running tasks this instance holds; returns the stop requests
-    /// left on them (a notice may have been missed). Nothing on a store that is not shared.
-    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+    /// Renews the leases of the running tasks this instance holds; returns each with the stop
+    /// request left on it (a notice may have been missed). The holder adopts those it no longer
+    /// runs (a run that ended without a write: the database went away under it). Nothing on a
+    /// store that is not shared.
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
         Ok(Vec::new())
     }
 

@@ -264,6 +264,15 @@ impl Engine {
                 task.transition(TaskStatus::Paused, &actor, "paused", now)?;
                 self.save_status(&task, TaskStatus::Running).await.map(drop)
             }
+            RunEnd::Stopped(StopReason::StoreLost) => {
+                tracing::warn!(
+                    task = %task.id,
+                    "the database is out of reach: this run stops without writing; the task \
+                     resumes from its last checkpoint, here or on another instance, once the \
+                     database answers again"
+                );
+                Ok(())
+            }
             RunEnd::Stopped(StopReason::Shutdown) => {
                 task.metadata.pause_cause = Some(PauseCause::Stop);
                 task.transition(TaskStatus::Paused, "shutdown", "paused by stop", now)?;

@@ -247,7 +247,7 @@ impl TaskStore for Store {
         self.inner().shared()
     }
 
-    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
         self.inner().renew_leases().await
     }
 

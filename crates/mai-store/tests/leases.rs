@@ -177,7 +177,7 @@ async fn stop_requests_and_changes_are_announced_to_every_listening_instance() {
     assert_eq!(next(&mut heard).await, Notice::Stop(id, cancel.clone()));
     assert_eq!(
         a.renew_leases().await.unwrap(),
-        vec![(id, cancel)],
+        vec![(id, Some(cancel))],
         "the holder finds the request on its next renewal, even had it missed the notice"
     );
     assert!(

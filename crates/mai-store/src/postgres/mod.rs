@@ -503,7 +503,7 @@ impl TaskStore for PgStore {
         true
     }
 
-    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
         let Some(instance) = self.holder.instance.as_deref() else {
             return Ok(Vec::new());
         };
@@ -516,7 +516,7 @@ impl TaskStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(pg("renewing this instance's task leases"))?;
-        Ok(stop_requests(renewed))
+        Ok(with_stop_requests(renewed))
     }
 
     async fn expired_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
@@ -527,13 +527,7 @@ impl TaskStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(pg("looking for running tasks whose lease expired"))?;
-        Ok(expired
-            .into_iter()
-            .filter_map(|(key, request)| {
-                let request = request.as_deref().and_then(StopRequest::parse);
-                Some((parse_id_key(&key)?, request))
-            })
-            .collect())
+        Ok(with_stop_requests(expired))
     }
 
     async fn release_leases(&self, instance: &str) -> Result<u64, StoreError> {
@@ -566,15 +560,12 @@ impl TaskStore for PgStore {
     }
 }
 
-/// The stop requests among renewed leases.
-fn stop_requests(renewed: Vec<(String, Option<String>)>) -> Vec<(TaskId, StopRequest)> {
-    renewed
-        .into_iter()
+/// Task ids with the stop request left on each, read from rows.
+fn with_stop_requests(rows: Vec<(String, Option<String>)>) -> Vec<(TaskId, Option<StopRequest>)> {
+    rows.into_iter()
         .filter_map(|(key, request)| {
-            Some((
-                parse_id_key(&key)?,
-                StopRequest::parse(request.as_deref()?)?,
-            ))
+            let request = request.as_deref().and_then(StopRequest::parse);
+            Some((parse_id_key(&key)?, request))
         })
         .collect()
 }
