@@ -1,7 +1,9 @@
 //! Shared by the integration tests of several crates (included with `#[path]`): a throwaway
 //! PostgreSQL cluster ([`PgCluster`]) — `initdb` into a temporary directory, the server started
 //! with `pg_ctl` on a free loopback port (its socket in the same directory), stopped and removed
-//! when the value is dropped. Never a system service, never a mock.
+//! when the value is dropped. Never a system service, never a mock. A test may stop the server
+//! at once and start it again on the same port ([`PgCluster::stop_now`], `start_again`): the
+//! database going away.
 //!
 //! The server programs come from `testing/postgres/setup.sh` (Debian's `postgresql` package,
 //! installed when missing; `.ci/run` runs it first). PostgreSQL refuses to run as root, and CI
@@ -188,28 +190,59 @@ impl PgCluster {
         let mut last = String::new();
         for _ in 0..START_TRIES {
             let port = free_port();
-            let options = format!(
-                "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} \
-                 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-                 -c max_connections=200",
-                self.dir.path().display()
-            );
-            let out = self
-                .server_command("pg_ctl")
-                .arg("-D")
-                .arg(self.data_dir())
-                .arg("-l")
-                .arg(self.dir.path().join("server.log"))
-                .args(["-w", "-t", "60", "-o", &options, "start"])
-                .output()
-                .unwrap();
-            if out.status.success() {
-                self.port = port;
-                return;
+            match self.start_on(port) {
+                Ok(()) => {
+                    self.port = port;
+                    return;
+                }
+                Err(log) => last = log,
             }
-            last = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
         }
         panic!("the PostgreSQL server did not start; its log:\n{last}");
+    }
+
+    /// `pg_ctl start` on `port`, waiting until it accepts connections; `Err` with the server's
+    /// log when it did not start.
+    fn start_on(&self, port: u16) -> Result<(), String> {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} \
+             -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+             -c max_connections=200",
+            self.dir.path().display()
+        );
+        let out = self
+            .server_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(self.dir.path().join("server.log"))
+            .args(["-w", "-t", "60", "-o", &options, "start"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default())
+    }
+
+    /// Stops the server at once (`pg_ctl stop -m immediate`: every connection cut, as when the
+    /// database host goes away), keeping its data.
+    pub fn stop_now(&self) {
+        let out = self
+            .server_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output()
+            .unwrap();
+        checked("pg_ctl stop", out);
+    }
+
+    /// Starts the stopped server again on the same port and directory (it recovers its data).
+    pub fn start_again(&self) {
+        if let Err(log) = self.start_on(self.port) {
+            panic!("the PostgreSQL server did not start again; its log:\n{log}");
+        }
     }
 
     /// A detached shell (its own session, so a kill of this test's process group spares it)

@@ -115,32 +115,6 @@ fn mention_of(action: &Value) -> Option<String> {
     (first["type"] == "at").then(|| first["data"]["qq"].as_str().unwrap().to_owned())
 }
 
-/// Waits until serve's log has a line containing `needle` (bounded).
-async fn wait_log(served: &Served, needle: &str) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(line) = served
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains(needle))
-        {
-            return line.clone();
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if tokio::time::timeout(left, served.line_added.notified())
-            .await
-            .is_err()
-        {
-            panic!(
-                "serve never logged `{needle}`: {:?}",
-                served.log.lock().unwrap()
-            );
-        }
-    }
-}
-
 fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
@@ -309,7 +283,7 @@ async fn guests_in_a_quiet_group_get_no_answer_and_a_reply_names_who_asked() {
         .await
         .expect("serve never connected to OneBot");
     // What an operator looks for: the connection, at the default log level.
-    let connected = wait_log(&served, "OneBot connected").await;
+    let connected = Served::wait_log(&served, "OneBot connected").await;
     assert!(connected.contains(&onebot.url), "{connected}");
 
     // Bob is a guest here: his commands go unanswered (and create nothing).

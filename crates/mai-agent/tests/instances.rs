@@ -4,7 +4,11 @@
 //! answer given through one instance resumes a task that asked through another; a cron task
 //! fires once per fire time with two instances armed; a message that two instances receive from
 //! one OneBot implementation is processed by one; a task created and paused through one instance
-//! shows live on the other's event stream (`changed` events), as its dashboard needs.
+//! shows live on the other's event stream (`changed` events), as its dashboard needs; under a
+//! cluster-wide cap of one, tasks created through both instances run one at a time, and all
+//! complete; with the database stopped for 10 s mid-load, both instances stay up and say so
+//! (health 503, creates refused with 503, a log line), then finish every task, no checkpointed
+//! tool call run again.
 //!
 //! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
 //! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
@@ -13,6 +17,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod crash_kit;
 #[path = "../../../testing/postgres.rs"]
 mod pg_cluster;
 #[path = "../../../testing/sse.rs"]
@@ -121,11 +126,36 @@ impl Cluster {
 
     /// `serve` as instance `name`, with a data directory of its own (as on another machine).
     fn serve(&self, name: &str, model: &MockServer, data: &std::path::Path) -> Served {
+        self.serve_with(name, model, data, &[])
+    }
+
+    /// [`Cluster::serve`] with more environment variables.
+    fn serve_with(
+        &self,
+        name: &str,
+        model: &MockServer,
+        data: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Served {
         let mut command = serve_command(&data.join(name), model, Some(&self.config));
         command
             .env("MAI_AGENT__SERVER__INSTANCE_ID", name)
-            .env("MAI_AGENT_LOG", "info");
+            .env("MAI_AGENT_LOG", "info")
+            .envs(env.iter().copied());
         Served::start(command)
+    }
+
+    /// A new pool and LISTEN, after the database was stopped and started again (the old
+    /// connections died with it).
+    async fn reconnect(&mut self) {
+        self.pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+        self.listener = sqlx::postgres::PgListener::connect_with(&self.pool)
+            .await
+            .unwrap();
+        self.listener
+            .listen_all(["mai_tasks", "test_history"])
+            .await
+            .unwrap();
     }
 
     /// The stored status of task `id` (the API's id, with dashes).
@@ -425,6 +455,310 @@ async fn a_cron_task_runs_once_per_fire_time_with_two_instances_armed() {
     assert_ne!(runs[0], runs[1], "two different minutes: {runs:?}");
     assert_eq!(cluster.status(&id).await, "scheduled");
     let _ = &cluster.url;
+}
+
+/// One harmless command, then the answer: two model rounds, so runs last long enough to meet.
+fn command_then_answer(results: usize, _: &Value) -> Value {
+    match results {
+        0 => tool_call("c0", "run_command", json!({"command": "echo working"})),
+        _ => answer("done"),
+    }
+}
+
+impl Cluster {
+    /// Records, in the table `test_running`, every transaction that moved tasks into or out of
+    /// `running`: its id, its net change and the clock when its last such row was written. A
+    /// claim under the cap writes its row after taking the claim lock, so a claim that counted
+    /// an end is recorded after that end; the running total in that order is how many tasks
+    /// ran at once. Needs the tables (an instance has migrated them).
+    async fn record_running(&self) {
+        for statement in [
+            "CREATE TABLE test_running (tx bigint, at timestamptz, delta int)",
+            "CREATE FUNCTION test_running_change() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF (NEW.status = 'running') IS DISTINCT FROM \
+             (TG_OP = 'UPDATE' AND OLD.status = 'running') THEN \
+             INSERT INTO test_running VALUES (txid_current(), clock_timestamp(), \
+             CASE WHEN NEW.status = 'running' THEN 1 ELSE -1 END); END IF; \
+             RETURN NULL; END $$",
+            "CREATE TRIGGER test_running_change AFTER INSERT OR UPDATE ON tasks \
+             FOR EACH ROW EXECUTE FUNCTION test_running_change()",
+        ] {
+            sqlx::query(statement).execute(&self.pool).await.unwrap();
+        }
+    }
+
+    /// The most tasks running at once, from `test_running`.
+    async fn most_running_at_once(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COALESCE(max(running), 0)::bigint FROM (SELECT sum(net) OVER \
+             (ORDER BY at, tx) AS running FROM (SELECT tx, max(at) AS at, sum(delta) AS net \
+             FROM test_running GROUP BY tx) changes) totals",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// Waits until no task is left unfinished: counts them, then again after each change.
+    async fn wait_all_finished(&mut self) {
+        let finished = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let unfinished: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM tasks \
+                     WHERE status NOT IN ('completed', 'failed', 'cancelled')",
+                )
+                .fetch_one(&self.pool)
+                .await
+                .unwrap();
+                if unfinished == 0 {
+                    return;
+                }
+                self.listener.recv().await.unwrap();
+            }
+        })
+        .await;
+        if finished.is_err() {
+            let unfinished: Vec<String> = sqlx::query_scalar(
+                "SELECT t.id || ' ' || t.status || ' ' || coalesce(t.lease_owner, '-') || ': ' \
+                 || string_agg(l.status || '|' || l.actor || '|' || l.reason, ', ' \
+                 ORDER BY l.seq) FROM tasks t JOIN task_status_log l ON l.task_id = t.id \
+                 WHERE t.status NOT IN ('completed', 'failed', 'cancelled') \
+                 GROUP BY t.id, t.status, t.lease_owner",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .unwrap();
+            panic!("some tasks never finished: {unfinished:#?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_wide_cap_of_one_lets_one_task_run_at_a_time_across_two_instances_and_all_complete()
+ {
+    let capped = "[task]\ncluster_max_running = 1\n[send]\nmax_retries = 0\n";
+    let Some(mut cluster) = Cluster::start(capped).await else {
+        return;
+    };
+    let (model, _) = model(command_then_answer, None).await;
+    let data = tempfile::tempdir().unwrap();
+    let a = cluster.serve("a", &model, data.path());
+    let b = cluster.serve("b", &model, data.path());
+    cluster.record_running().await;
+    let client = reqwest::Client::new();
+    // Through both instances at once, with 4 slots each: pending tasks queued everywhere, and
+    // delayed ones that fall due together on both instances.
+    let creations = (0..8).map(|n| {
+        let base = if n % 2 == 0 { &a.base } else { &b.base };
+        let mut fields = json!({"intent": format!("capped task {n}")});
+        if n >= 6 {
+            fields["delay_seconds"] = json!(1);
+        }
+        create_with(&client, base, fields)
+    });
+    let ids = futures::future::join_all(creations).await;
+    cluster.wait_all_finished().await;
+    for id in &ids {
+        assert_eq!(
+            cluster.status(id).await,
+            "completed",
+            "{:?}",
+            cluster.log(id).await
+        );
+    }
+    let runners: std::collections::HashSet<String> =
+        futures::future::join_all(ids.iter().map(|id| cluster.runner(id)))
+            .await
+            .into_iter()
+            .collect();
+    assert_eq!(
+        cluster.most_running_at_once().await,
+        1,
+        "tasks run by {runners:?}"
+    );
+    // The replies ran too, under the same cap; the test's console chat has no channel, so
+    // each failed its one send attempt rather than vanishing.
+    let replies: Vec<String> = sqlx::query_scalar(
+        "SELECT status || ' ' || (record::jsonb #>> '{metadata,error}') FROM tasks \
+         WHERE record::jsonb #>> '{metadata,is_reply}' = 'true'",
+    )
+    .fetch_all(&cluster.pool)
+    .await
+    .unwrap();
+    assert_eq!(replies.len(), ids.len(), "{replies:?}");
+    assert!(
+        replies
+            .iter()
+            .all(|reply| reply.starts_with("failed could not send to stream console:local")),
+        "{replies:?}"
+    );
+}
+
+/// Unix time in nanoseconds (the clock the side-effect lines are stamped with).
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+/// The crash suites' model (one side-effect line per round), on a server of its own.
+async fn crash_model(side_effects: &std::path::Path) -> MockServer {
+    let model = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(crash_kit::CrashModel {
+            side_effects: side_effects.display().to_string(),
+            calls: Arc::default(),
+            called: Arc::default(),
+            jitter: std::sync::atomic::AtomicU64::new(7),
+        })
+        .mount(&model)
+        .await;
+    model
+}
+
+/// What an instance answers while its database is down: `/v1/health` says the store is out
+/// (503), a create is refused with 503 and says what failed and what to do, and the log says
+/// the leases could not be renewed.
+async fn check_outage_reported(client: &reqwest::Client, instance: &Served) {
+    let health = client
+        .get(format!("{}/v1/health", instance.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 503);
+    let health: Value = health.json().await.unwrap();
+    assert_eq!(health["store"]["ok"], false, "{health}");
+    let healthz = client
+        .get(format!("{}/healthz", instance.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        healthz.status(),
+        200,
+        "still alive: a supervisor must not restart it"
+    );
+    let refused = client
+        .post(format!("{}/v1/tasks", instance.base))
+        .json(&json!({"intent": "made while the database is down",
+                      "stream_id": "console:local", "platform": "console"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    let refused: Value = refused.json().await.unwrap();
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("the database could not be reached")
+            && error.contains("check that the database server named by [storage] url"),
+        "{error}"
+    );
+    Served::wait_log(instance, "could not renew this instance's task leases").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_ride_out_ten_seconds_without_their_database_and_then_finish_every_task() {
+    let extra = "[task]\nmax_concurrent_tasks = 8\n[send]\nmax_retries = 0\n";
+    let Some(mut cluster) = Cluster::start(extra).await else {
+        return;
+    };
+    // The throwaway cluster commits asynchronously (fast tests); a commit must survive the
+    // stop here, as on a production server.
+    let database = pg_cluster::PgCluster::database_name(&cluster.url).to_owned();
+    cluster.cluster.psql_as_superuser(
+        "postgres",
+        &format!("ALTER DATABASE {database} SET synchronous_commit = on"),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let side_effects = data.path().join("side_effects");
+    let model = crash_model(&side_effects).await;
+    let mut a = cluster.serve_with("a", &model, data.path(), &[("MAI_CRASH_LIFE", "0")]);
+    let mut b = cluster.serve_with("b", &model, data.path(), &[("MAI_CRASH_LIFE", "1")]);
+    cluster.announce_history().await;
+    let client = reqwest::Client::new();
+    let body = |n: usize| {
+        json!({"intent": format!("crash-task o{n} rounds=3 ask=0"),
+               "stream_id": "console:local", "platform": "console"})
+    };
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        let base = if n % 2 == 0 { &a.base } else { &b.base };
+        ids.push(crash_kit::create(&client, base, &body(n)).await.unwrap());
+    }
+    // Mid-load: some rounds checkpointed, others in flight.
+    let loaded = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let results: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM task_history WHERE payload::jsonb ->> 'role' = 'tool'",
+            )
+            .fetch_one(&cluster.pool)
+            .await
+            .unwrap();
+            if results >= 8 {
+                return;
+            }
+            cluster.listener.recv().await.unwrap();
+        }
+    })
+    .await;
+    assert!(loaded.is_ok(), "the tasks never got going");
+
+    let down = tokio::time::Instant::now();
+    cluster.cluster.stop_now();
+    tokio::join!(
+        check_outage_reported(&client, &a),
+        check_outage_reported(&client, &b)
+    );
+    // The fault lasts 10 s (however long the checks above took within it).
+    tokio::time::sleep_until(down + Duration::from_secs(10)).await;
+    cluster.cluster.start_again();
+    let up_ns = now_ns();
+    cluster.reconnect().await;
+
+    // Serving again: a create passes, and every task (that one too) completes.
+    ids.push(
+        crash_kit::create(&client, &b.base, &body(12))
+            .await
+            .unwrap(),
+    );
+    cluster.wait_all_finished().await;
+    for (n, id) in ids.iter().enumerate() {
+        assert_eq!(cluster.status(id).await, "completed", "task o{n}");
+    }
+    for instance in [&mut a, &mut b] {
+        assert!(instance.child.try_wait().unwrap().is_none(), "stayed up");
+        let health = client
+            .get(format!("{}/v1/health", instance.base))
+            .send()
+            .await
+            .unwrap();
+        let health: Value = health.json().await.unwrap();
+        assert_eq!(health["store"]["ok"], true, "{health}");
+    }
+    // Each round's result is checkpointed once; any other run of it started before the
+    // database came back and before the counted run: it was lost with the outage, never
+    // run beside a live run of the same call.
+    let executed = crash_kit::runs_by_key(&side_effects);
+    let mut lost = 0;
+    for (n, id) in ids.iter().enumerate() {
+        let history = crash_kit::get(&client, format!("{}/v1/tasks/{id}/history", a.base)).await;
+        for round in 0..3 {
+            let key = format!("o{n}-r{round}");
+            let counted = crash_kit::checkpointed_starts(&history, &key);
+            assert_eq!(counted.len(), 1, "{key}: {counted:?}");
+            let runs = &executed[&key];
+            assert_eq!(runs.iter().filter(|r| r.at_ns == counted[0]).count(), 1);
+            for run in runs.iter().filter(|r| r.at_ns != counted[0]) {
+                assert!(
+                    run.at_ns < up_ns && run.at_ns < counted[0],
+                    "{key} ran again beside its counted run: {runs:?}"
+                );
+                lost += 1;
+            }
+        }
+    }
+    println!("database outage: 13 tasks completed, {lost} tool run(s) lost with it and redone");
 }
 
 /// A OneBot v11 implementation's forward WebSocket that several instances connect to, as they

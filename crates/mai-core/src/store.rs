@@ -173,6 +173,19 @@ pub enum SaveOutcome {
     },
 }
 
+/// What a claim of a task into `running` came to ([`TaskStore::claim`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// Claimed: the record as written.
+    Claimed(Box<TaskRecord>),
+    /// Not claimed: the task is gone, no longer claimable (the change declined it), or its
+    /// status changed first. Nothing was written.
+    Declined,
+    /// Not claimed: as many tasks as the cluster-wide cap allows already run, on whichever
+    /// instances. Nothing was written; the task stays as it was.
+    Full,
+}
+
 /// The result of resolving what a person typed as a task reference.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
@@ -197,6 +210,25 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The database server could not be reached (down, restarting, cut off): nothing was done,
+    /// and the same call may succeed once it is back.
+    #[error(
+        "the database could not be reached while {doing} ({source}); check that the database \
+         server named by [storage] url is running and reachable — nothing was written, and the \
+         service picks up by itself once it answers again"
+    )]
+    Unavailable {
+        doing: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// Whether the database could not be reached (try again later), rather than refused.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
 }
 
 /// The wake-ups of a shared store ([`TaskStore::notices`]); ends when the store closes.
@@ -296,6 +328,24 @@ pub trait TaskStore: Send + Sync + 'static {
         })
     }
 
+    /// [`TaskStore::update`] for a claim: `change` moves the task into `running`. With `cap`,
+    /// a shared store refuses the claim ([`Claim::Full`]) when `cap` tasks already run across
+    /// every instance, counted in the claim's own transaction under a lock every capped claim
+    /// takes, so two instances cannot both take the last slot. The default — a store one
+    /// instance uses, whose own slots already bound what runs — ignores `cap`.
+    async fn claim(
+        &self,
+        id: TaskId,
+        change: Change,
+        cap: Option<u32>,
+    ) -> Result<Claim, StoreError> {
+        let _ = cap;
+        Ok(match self.update(id, change).await? {
+            Some(task) => Claim::Claimed(Box::new(task)),
+            None => Claim::Declined,
+        })
+    }
+
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError>;
 
     /// A full id, a unique id prefix (hex, dashes optional), or a unique exact title.
@@ -343,9 +393,11 @@ pub trait TaskStore: Send + Sync + 'static {
         false
     }
 
-    /// Renews the leases of the running tasks this instance holds; returns the stop requests
-    /// left on them (a notice may have been missed). Nothing on a store that is not shared.
-    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+    /// Renews the leases of the running tasks this instance holds; returns each with the stop
+    /// request left on it (a notice may have been missed). The holder adopts those it no longer
+    /// runs (a run that ended without a write: the database went away under it). Nothing on a
+    /// store that is not shared.
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
         Ok(Vec::new())
     }
 

@@ -506,6 +506,10 @@ impl Engine {
     pub(crate) async fn run_agent(&self, task: &mut TaskRecord, control: &RunControl) -> RunEnd {
         match self.agent_loop(task, control).await {
             Ok(end) => end,
+            // Not the task's failure: it goes on from its checkpoint when the database is back.
+            Err(EngineError::Store(error)) if error.is_unavailable() => {
+                RunEnd::Stopped(StopReason::StoreLost)
+            }
             Err(error) => match control.reason() {
                 Some(reason) => RunEnd::Stopped(reason),
                 None => RunEnd::Failed(error.to_string()),

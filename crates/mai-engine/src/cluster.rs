@@ -2,13 +2,20 @@
 //! what an instance does to stay one of many — renewing the leases of the tasks it runs on the
 //! heartbeat timer, acting on stop requests left for them, sweeping for tasks whose lease
 //! expired (their instance died) and adopting them, and following the store's notices so that
-//! tasks created or changed elsewhere are armed, queued or withdrawn here too.
+//! tasks created or changed elsewhere are armed, queued or withdrawn here too — and, under a
+//! cluster-wide cap (`[task] cluster_max_running`), hearing that a running task ended anywhere,
+//! so that the tasks whose claims found the cluster full try again. When the database goes
+//! out of reach, it stops the runs here before their leases can lapse (a run that went on
+//! while another instance adopted its task would run its tools twice), and adopts them again
+//! once the database answers.
 //!
 //! Every instance knows every active task: scheduled ones are armed everywhere, pending ones
 //! queued everywhere, and the claim (a compare-and-set in the store) lets exactly one instance
 //! run each. Only a running task is owned, by its lease. Must not: decide what a task does (the
 //! runner does), or touch the store's lease columns other than through the `TaskStore` seam. On
 //! a store that is not shared nothing here runs.
+
+use std::time::Instant;
 
 use futures::StreamExt;
 use mai_core::lease::{Notice, StopKind, StopRequest};
@@ -91,16 +98,31 @@ impl Engine {
             failover_secs = terms.failover_bound().as_secs(),
             "sharing the task store with other instances"
         );
-        let (beating, listening) = (self.clone(), self.clone());
+        let (beating, watching, listening) = (self.clone(), self.clone(), self.clone());
+        // When the last renewal that succeeded was sent.
+        let renewed = std::sync::Arc::new(tokio::sync::watch::Sender::new(Instant::now()));
         let stop = self.shutdown_token().clone();
+        let renewals = renewed.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(terms.heartbeat);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = ticks.tick() => beating.heartbeat().await,
+                    _ = ticks.tick() => {
+                        let sent = Instant::now();
+                        if beating.heartbeat().await {
+                            renewals.send_replace(sent);
+                        }
+                    }
                 }
+            }
+        });
+        let stop = self.shutdown_token().clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = watching.watch_leases(terms, renewed.subscribe()) => {}
             }
         });
         let stop = self.shutdown_token().clone();
@@ -118,24 +140,75 @@ impl Engine {
         });
     }
 
-    /// One heartbeat: renew this instance's leases, apply the stop requests found on them, and
-    /// adopt the running tasks whose lease expired.
-    async fn heartbeat(&self) {
-        match self.store.renew_leases().await {
-            Ok(requests) => {
-                for (id, request) in requests {
-                    self.stop_here(id, &request);
+    /// Stops every run here once no renewal has succeeded for `lease - heartbeat / 2` (the
+    /// database is out of reach): soon another instance may adopt those tasks, and a run that
+    /// went on would run their tools a second time. The runs end without writing
+    /// ([`StopReason::StoreLost`]); the tasks resume from their last checkpoints once the
+    /// database answers again — adopted by any instance, this one included (see
+    /// [`Engine::heartbeat`]). Runs until `renewed` closes.
+    async fn watch_leases(
+        &self,
+        terms: mai_core::lease::LeaseTerms,
+        mut renewed: tokio::sync::watch::Receiver<Instant>,
+    ) {
+        let grace = terms.lease.saturating_sub(terms.heartbeat / 2);
+        loop {
+            let deadline = *renewed.borrow_and_update() + grace;
+            tokio::select! {
+                changed = renewed.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    let running = self.schedule.figures().running;
+                    if running > 0 {
+                        tracing::error!(
+                            instance = %self.instance,
+                            running,
+                            lapsed_secs = grace.as_secs_f64(),
+                            "could not renew this instance's task leases: the database is out of \
+                             reach; the tasks running here stop without writing and resume from \
+                             their last checkpoints once it answers — check the database server \
+                             named by [storage] url"
+                        );
+                        self.schedule.stop_all(&StopReason::StoreLost);
+                    }
+                    // Once per lapse: the next check waits for a renewal.
+                    if renewed.changed().await.is_err() {
+                        return;
+                    }
                 }
             }
+        }
+    }
+
+    /// One heartbeat: renew this instance's leases, apply the stop requests found on them,
+    /// adopt the tasks leased here that no longer run here (their run ended without a write:
+    /// the database went away under it), and adopt the running tasks whose lease expired.
+    /// Whether the renewal succeeded.
+    async fn heartbeat(&self) -> bool {
+        let renewed = match self.store.renew_leases().await {
+            Ok(renewed) => renewed,
             Err(error) => {
                 tracing::warn!(instance = %self.instance, %error, "could not renew this instance's task leases; another instance may adopt its tasks when they expire");
+                return false;
+            }
+        };
+        for (id, request) in renewed {
+            if self.schedule.control(id).is_some() {
+                if let Some(request) = request {
+                    self.stop_here(id, &request);
+                }
+            } else if let Err(error) = self.adopt(id, request).await {
+                tracing::error!(task = %id, %error, "could not adopt a task this instance stopped running");
             }
         }
         let expired = match self.store.expired_leases().await {
             Ok(expired) => expired,
             Err(error) => {
                 tracing::warn!(%error, "could not look for tasks whose lease expired");
-                return;
+                return true;
             }
         };
         for (id, request) in expired {
@@ -148,6 +221,7 @@ impl Engine {
             }
         }
         self.dispatch();
+        true
     }
 
     /// Adopts a running task whose instance is gone: a stop left for it is applied, otherwise it
@@ -201,7 +275,11 @@ impl Engine {
                 Ok(())
             }
             Notice::Changed(id) => self.follow(id).await,
-            Notice::Resync => self.take_up_all(Taking::Notice).await,
+            Notice::Resync => {
+                // An end may have been among the notices lost.
+                self.schedule.cluster_slot_freed();
+                self.take_up_all(Taking::Notice).await
+            }
         };
         if let Err(error) = result {
             tracing::warn!(%error, "could not follow a change made by another instance");
@@ -210,12 +288,22 @@ impl Engine {
     }
 
     /// Reads a task another instance changed and takes it up here (unless it runs here: the run
-    /// knows best).
+    /// knows best). Under a cluster-wide cap, a task that left `running` — here or anywhere —
+    /// frees a slot of the cluster: the tasks parked for one try their claims again.
     async fn follow(&self, id: TaskId) -> Result<(), EngineError> {
-        if self.schedule.control(id).is_some() {
+        let here = self.schedule.control(id).is_some();
+        let capped = self.cluster_cap().is_some();
+        if here && !capped {
             return Ok(());
         }
-        match self.store.get(id).await? {
+        let task = self.store.get(id).await?;
+        if capped && task.as_ref().is_none_or(left_running) {
+            self.schedule.cluster_slot_freed();
+        }
+        if here {
+            return Ok(());
+        }
+        match task {
             Some(task) => {
                 // What another instance did shows on this one's event stream too.
                 self.emit(TaskEvent::Changed {
@@ -230,4 +318,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// Whether `task`'s last status change took it out of `running` (it ended, paused, went back to
+/// waiting or to its next cron time).
+fn left_running(task: &mai_core::task::TaskRecord) -> bool {
+    task.status != TaskStatus::Running
+        && task
+            .status_log
+            .iter()
+            .rev()
+            .nth(1)
+            .is_some_and(|change| change.status == TaskStatus::Running)
 }

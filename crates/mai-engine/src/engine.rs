@@ -424,8 +424,7 @@ impl Engine {
         if self.shutdown.is_cancelled() || !self.started.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let cap = self.config.config().task.max_concurrent_tasks as usize;
-        for id in self.schedule.take_dispatchable(cap) {
+        for id in self.schedule.take_dispatchable(self.slots()) {
             let engine = self.clone();
             self.tracker
                 .spawn(async move { engine.run_one(id, false).await });
@@ -442,10 +441,9 @@ impl Engine {
     /// runs; otherwise it moves to `pending` — read and changed in one turn of the store — and
     /// is queued.
     async fn on_due(&self, id: TaskId) {
-        let cap = self.config.config().task.max_concurrent_tasks as usize;
         if self.started.load(std::sync::atomic::Ordering::SeqCst)
             && !self.shutdown.is_cancelled()
-            && self.schedule.try_reserve(id, cap)
+            && self.schedule.try_reserve(id, self.slots())
         {
             // The slot is ours; `run_one` frees it whatever happens.
             let engine = self.clone();
@@ -453,6 +451,25 @@ impl Engine {
                 .spawn(async move { engine.run_one(id, true).await });
             return;
         }
+        self.queue_due(id).await;
+    }
+
+    /// How many tasks may run here at once: `[task] max_concurrent_tasks`, and never more than
+    /// the cluster-wide cap (all of it, on a store this instance alone uses).
+    fn slots(&self) -> usize {
+        let task = &self.config.config().task;
+        let cap = task.cluster_max_running.unwrap_or(u32::MAX);
+        task.max_concurrent_tasks.min(cap) as usize
+    }
+
+    /// `[task] cluster_max_running`, which a claim on a shared store checks.
+    pub(crate) fn cluster_cap(&self) -> Option<u32> {
+        self.config.config().task.cluster_max_running
+    }
+
+    /// A due task that cannot start now: moved to pending (if still due) and queued, so it
+    /// starts when a slot frees.
+    pub(crate) async fn queue_due(&self, id: TaskId) {
         let (now, actor) = (self.now(), self.actor("scheduler"));
         let due: mai_core::store::Change = Box::new(move |task| {
             let budget_reset = crate::runner::paused_by_budget(task);

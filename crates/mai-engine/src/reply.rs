@@ -166,6 +166,7 @@ impl Engine {
             Ok(SaveOutcome::Conflict { actual }) => Err(RunEnd::Failed(format!(
                 "task became {actual} while delivering"
             ))),
+            Err(error) if error.is_unavailable() => Err(RunEnd::Stopped(StopReason::StoreLost)),
             Err(error) => Err(RunEnd::Failed(format!(
                 "could not record delivery progress: {error}"
             ))),

@@ -22,10 +22,21 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Why a running task is asked to stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StopReason {
-    Cancel { actor: String },
-    Pause { actor: String },
+    Cancel {
+        actor: String,
+    },
+    Pause {
+        actor: String,
+    },
     Shutdown,
-    Timeout { minutes: u32 },
+    Timeout {
+        minutes: u32,
+    },
+    /// The shared database is out of reach: a write failed for it, or this instance could not
+    /// renew its leases for nearly a lease's length (another instance may adopt the task soon).
+    /// The run ends without writing anything; the task stays `running` in the store and resumes
+    /// from its last checkpoint wherever it is adopted once the database answers again.
+    StoreLost,
 }
 
 /// The handle to one running task: how to ask it to stop, and why.

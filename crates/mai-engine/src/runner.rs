@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use mai_core::config::Config;
-use mai_core::store::{NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
+use mai_core::store::{Claim, NewHistoryEntry, SaveOutcome, StoreError, TaskWrite};
 use mai_core::task::{
     DeliveryProgress, NewTask, PauseCause, TaskId, TaskLevel, TaskRecord, TaskStatus, Trigger,
 };
@@ -121,9 +121,23 @@ impl Engine {
             self.fix_parts_unpolished(&mut task);
         }
         // The claim: a compare-and-set on what the store holds, so a concurrent cancel wins.
-        if !self.save_status(&task, from).await? {
-            return Ok(());
-        }
+        let (priority, ends) = (task.priority, self.schedule.cluster_ends());
+        let claim: mai_core::store::Change = Box::new(move |stored| {
+            if stored.status != from {
+                return false;
+            }
+            *stored = task;
+            true
+        });
+        let task = match self.store.claim(id, claim, self.cluster_cap()).await? {
+            Claim::Claimed(task) => *task,
+            Claim::Declined => return Ok(()),
+            Claim::Full => {
+                self.schedule.park(id, priority, ends);
+                return Ok(());
+            }
+        };
+        self.emit_changes(&task, 1);
         self.run_claimed_task(task, &control).await
     }
 
@@ -145,10 +159,16 @@ impl Engine {
         let (config, actor) = (self.config.config(), self.actor(ACTOR));
         let claim: mai_core::store::Change =
             Box::new(move |task| claim_due(&config, task, started, &actor));
-        let task = match self.store.update(id, claim).await {
-            Ok(Some(task)) => task,
+        let task = match self.store.claim(id, claim, self.cluster_cap()).await {
+            Ok(Claim::Claimed(task)) => *task,
             // No longer scheduled (cancelled, paused or edited first): nothing to run.
-            Ok(None) => return Ok(()),
+            Ok(Claim::Declined) => return Ok(()),
+            // Due, but the cluster runs as many as it may: pending, in the queue like a task
+            // that found no free slot here.
+            Ok(Claim::Full) => {
+                self.queue_due(id).await;
+                return Ok(());
+            }
             Err(error) => {
                 self.retry_due(id, &error.into());
                 return Ok(());
@@ -243,6 +263,15 @@ impl Engine {
                 task.metadata.pause_cause = Some(PauseCause::User);
                 task.transition(TaskStatus::Paused, &actor, "paused", now)?;
                 self.save_status(&task, TaskStatus::Running).await.map(drop)
+            }
+            RunEnd::Stopped(StopReason::StoreLost) => {
+                tracing::warn!(
+                    task = %task.id,
+                    "the database is out of reach: this run stops without writing; the task \
+                     resumes from its last checkpoint, here or on another instance, once the \
+                     database answers again"
+                );
+                Ok(())
             }
             RunEnd::Stopped(StopReason::Shutdown) => {
                 task.metadata.pause_cause = Some(PauseCause::Stop);

@@ -32,6 +32,17 @@ pub(crate) struct Schedule {
     waiting: Mutex<WaitingIndex>,
     /// Tasks with injected instructions not yet read by their loop.
     injected: Mutex<HashSet<TaskId>>,
+    /// Tasks a claim found the cluster full for, waiting for a running task to end anywhere.
+    parked: Mutex<Parked>,
+}
+
+/// Tasks refused a claim by the cluster-wide cap (`[task] cluster_max_running`), with their
+/// priorities, and how many times a running task was heard to end: a refusal that raced an end
+/// (counted before the claim, seen changed after) is queued again at once, not parked.
+#[derive(Debug, Default)]
+struct Parked {
+    tasks: HashMap<TaskId, i32>,
+    ends: u64,
 }
 
 /// How busy the engine is.
@@ -52,6 +63,7 @@ impl Schedule {
             questions: Arc::new(Timers::new(clock)),
             waiting: Mutex::new(WaitingIndex::default()),
             injected: Mutex::new(HashSet::new()),
+            parked: Mutex::new(Parked::default()),
         }
     }
 
@@ -89,7 +101,7 @@ impl Schedule {
     pub(crate) fn figures(&self) -> LoadFigures {
         LoadFigures {
             running: self.queue.active_count(),
-            queued: self.queue.queued_count(),
+            queued: self.queue.queued_count() + lock(&self.parked).tasks.len(),
             scheduled: self.due.len(),
             waiting: lock(&self.waiting).len(),
         }
@@ -110,6 +122,37 @@ impl Schedule {
     /// Reserves a slot for a due task claimed at once (see [`ReadyQueue::try_reserve`]).
     pub(crate) fn try_reserve(&self, id: TaskId, max_active: usize) -> bool {
         self.queue.try_reserve(id, max_active)
+    }
+
+    // Tasks waiting for a slot of the cluster.
+
+    /// How many times a running task was heard to end so far (read before a capped claim).
+    pub(crate) fn cluster_ends(&self) -> u64 {
+        lock(&self.parked).ends
+    }
+
+    /// Parks `id`, whose claim found the cluster full, until a running task ends; queued at
+    /// once instead if one ended since `ends` was read (the claim may have counted it).
+    pub(crate) fn park(&self, id: TaskId, priority: i32, ends: u64) {
+        let mut parked = lock(&self.parked);
+        if parked.ends == ends {
+            parked.tasks.insert(id, priority);
+            return;
+        }
+        drop(parked);
+        self.queue(id, priority);
+    }
+
+    /// A running task ended somewhere (or the cap changed, or notices were lost): every parked
+    /// task is queued again to try its claim.
+    pub(crate) fn cluster_slot_freed(&self) {
+        let mut parked = lock(&self.parked);
+        parked.ends += 1;
+        let tasks = std::mem::take(&mut parked.tasks);
+        drop(parked);
+        for (id, priority) in tasks {
+            self.queue(id, priority);
+        }
     }
 
     // Running tasks.
@@ -155,6 +198,7 @@ impl Schedule {
     pub(crate) fn withdraw(&self, id: TaskId) {
         self.due.disarm(id);
         self.queue.remove(id);
+        lock(&self.parked).tasks.remove(&id);
         self.forget_question(id);
     }
 

@@ -42,11 +42,16 @@ impl Engine {
     /// read.
     pub async fn reload_config(&self, config: mai_core::config::Config) -> Result<(), EngineError> {
         let budgets_before = self.config.config().limits.budgets.clone();
+        let cap_before = self.cluster_cap();
         self.config
             .replace(config)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
         if self.config.config().limits.budgets != budgets_before {
             self.budgets_changed().await?;
+        }
+        if self.cluster_cap() != cap_before {
+            // Tasks parked by the old cap try their claims under the new one.
+            self.schedule.cluster_slot_freed();
         }
         let handle = Arc::new(ToolHandle::new(self));
         builtin_tools::resync_switchable(self, &handle).await?;

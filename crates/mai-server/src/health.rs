@@ -20,6 +20,10 @@ use tokio::sync::watch;
 /// How much of an error a report shows.
 const ERROR_CHARS: usize = 300;
 
+/// How long the report waits for the store's one-row read: a database out of reach would
+/// otherwise hold the answer for the pool's whole connection timeout.
+const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The service's health: cheap to clone, all clones share one record.
 #[derive(Clone)]
 pub struct Health {
@@ -186,7 +190,17 @@ async fn store_report(engine: &Engine) -> Value {
         limit: Some(1),
         ..TaskFilter::default()
     };
-    match engine.list(&reader, filter).await {
+    let Ok(read) = tokio::time::timeout(STORE_WAIT, engine.list(&reader, filter)).await else {
+        return json!({
+            "ok": false,
+            "error": format!(
+                "the store did not answer within {} s; check that the database ([storage] url) \
+                 is running and reachable",
+                STORE_WAIT.as_secs()
+            ),
+        });
+    };
+    match read {
         Ok(_) => json!({"ok": true, "error": null}),
         Err(error) => json!({
             "ok": false,

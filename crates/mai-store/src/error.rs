@@ -47,11 +47,34 @@ pub(crate) fn is_unique_violation(error: &rusqlite::Error) -> bool {
     )
 }
 
-/// A `map_err` adapter: a PostgreSQL failure while `doing` something.
+/// A `map_err` adapter: a PostgreSQL failure while `doing` something — `Unavailable` when
+/// the server could not be reached ([`unreachable`]).
 pub(crate) fn pg(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError::Database {
-        doing,
-        source: Box::new(source),
+    move |source| {
+        if unreachable(&source) {
+            StoreError::Unavailable {
+                doing,
+                source: Box::new(source),
+            }
+        } else {
+            StoreError::Database {
+                doing,
+                source: Box::new(source),
+            }
+        }
+    }
+}
+
+/// Whether a PostgreSQL `error` says the server is out of reach rather than that it refused
+/// the statement: the connection failed or was cut (I/O, TLS, no connection within the pool's
+/// timeout), or the server said it is shutting down or starting (SQLSTATE class 08, 57P01–03).
+pub(crate) fn unreachable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(failure) => failure.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }
 

@@ -195,6 +195,15 @@ impl TaskStore for Store {
         self.inner().update(id, change).await
     }
 
+    async fn claim(
+        &self,
+        id: TaskId,
+        change: Change,
+        cap: Option<u32>,
+    ) -> Result<mai_core::store::Claim, StoreError> {
+        self.inner().claim(id, change, cap).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
         self.inner().get(id).await
     }
@@ -238,7 +247,7 @@ impl TaskStore for Store {
         self.inner().shared()
     }
 
-    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
         self.inner().renew_leases().await
     }
 

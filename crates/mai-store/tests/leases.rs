@@ -2,7 +2,8 @@
 //! runs it, saves are fenced by that lease, stop requests reach the holder, and changes are
 //! announced on `mai_tasks`. Each test has its own throwaway cluster; "instances" are stores
 //! writing under different names. Expiry is shown with a zero-length lease (expired as soon as
-//! it is taken), never by waiting for a clock.
+//! it is taken), never by waiting for a clock. Under a cluster-wide cap, two instances racing for
+//! the last slot get one claim between them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // fixtures panic on setup failure
 
 mod common;
@@ -176,11 +177,77 @@ async fn stop_requests_and_changes_are_announced_to_every_listening_instance() {
     assert_eq!(next(&mut heard).await, Notice::Stop(id, cancel.clone()));
     assert_eq!(
         a.renew_leases().await.unwrap(),
-        vec![(id, cancel)],
+        vec![(id, Some(cancel))],
         "the holder finds the request on its next renewal, even had it missed the notice"
     );
     assert!(
         b.renew_leases().await.unwrap().is_empty(),
         "b holds nothing"
+    );
+}
+
+/// The claim of a pending task, as the engine's runner makes it.
+fn claim_pending() -> mai_core::store::Change {
+    Box::new(|task| {
+        task.status == TaskStatus::Pending
+            && task
+                .transition(TaskStatus::Running, "scheduler", "dispatched", at(5))
+                .is_ok()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_racing_for_the_last_slot_of_a_cluster_wide_cap_get_one_claim() {
+    use mai_core::store::Claim;
+    let Some(cluster) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let url = cluster.database();
+    let a = instance(&url, Some("a"), Duration::from_secs(60)).await;
+    let b = instance(&url, Some("b"), Duration::from_secs(60)).await;
+    let (first, second, third) = (task("one", 0), task("two", 1), task("three", 2));
+    for pending in [&first, &second, &third] {
+        a.insert(pending).await.unwrap();
+    }
+    // Cap 2, one slot taken: the two claims race for the other.
+    let taken = a.claim(first.id, claim_pending(), Some(2)).await.unwrap();
+    assert!(matches!(taken, Claim::Claimed(_)), "{taken:?}");
+    for _ in 0..3 {
+        let (on_a, on_b) = tokio::join!(
+            a.claim(second.id, claim_pending(), Some(2)),
+            b.claim(third.id, claim_pending(), Some(2)),
+        );
+        let outcomes = [on_a.unwrap(), on_b.unwrap()];
+        let claimed = outcomes
+            .iter()
+            .filter(|o| matches!(o, Claim::Claimed(_)))
+            .count();
+        assert_eq!(claimed, 1, "one claim takes the last slot: {outcomes:?}");
+        assert!(outcomes.contains(&Claim::Full), "{outcomes:?}");
+        // The refused task is as it was: still pending, claimable once a slot frees.
+        let (won, lost, holder) = match &outcomes[0] {
+            Claim::Claimed(_) => (&second, &third, &a),
+            _ => (&third, &second, &b),
+        };
+        assert_eq!(
+            b.get(lost.id).await.unwrap().unwrap().status,
+            TaskStatus::Pending
+        );
+        // Its holder puts the winner back to pending for the next round of the race.
+        let mut back = holder.get(won.id).await.unwrap().unwrap();
+        back.force(TaskStatus::Pending, "test", "raced again", at(6));
+        assert_eq!(
+            holder.save(&back, Some(TaskStatus::Running)).await.unwrap(),
+            SaveOutcome::Saved
+        );
+    }
+    // Without a cap nothing is counted; a task no longer pending is declined, not refused.
+    assert!(matches!(
+        b.claim(second.id, claim_pending(), None).await.unwrap(),
+        Claim::Claimed(_)
+    ));
+    assert_eq!(
+        b.claim(second.id, claim_pending(), Some(1)).await.unwrap(),
+        Claim::Declined
     );
 }

@@ -251,6 +251,33 @@ impl Served {
         }
     }
 
+    /// Waits until the log has a line containing `needle`, without blocking the runtime
+    /// (bounded: a hang fails the test with the log).
+    pub async fn wait_log(served: &Served, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Some(line) = served
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return line.clone();
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(left, served.line_added.notified())
+                .await
+                .is_err()
+            {
+                panic!(
+                    "serve never logged `{needle}`: {:?}",
+                    served.log.lock().unwrap()
+                );
+            }
+        }
+    }
+
     /// SIGTERM, then the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();

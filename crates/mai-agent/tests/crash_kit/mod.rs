@@ -410,6 +410,26 @@ pub fn checkpointed_lives(history: &Value, key: &str) -> Vec<usize> {
         .collect()
 }
 
+/// When the runs of `key` whose results a task's history holds started (Unix nanoseconds, read
+/// from the result's stdout as [`checkpointed_lives`] reads the life): which run counted.
+pub fn checkpointed_starts(history: &Value, key: &str) -> Vec<i128> {
+    let marker = format!("key={key} life=");
+    history["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["payload"]["role"] == "tool")
+        .filter_map(|e| {
+            let content: Value = serde_json::from_str(e["payload"]["content"].as_str()?).ok()?;
+            let stdout = content["stdout"].as_str()?;
+            let run = &stdout[stdout.find(&marker)?..];
+            let at = run.split(" at=").nth(1)?;
+            let digits: String = at.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
 /// When task record `record` was last completed (its status log), if it was.
 pub fn completed_at(record: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
     record["status_log"]

@@ -91,6 +91,9 @@ impl Default for HostConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct TaskConfig {
     pub max_concurrent_tasks: u32,
+    /// On a store several instances share: the most tasks running at once across all of them
+    /// (a claim beyond it waits until a running task ends). `None` = no cap.
+    pub cluster_max_running: Option<u32>,
     /// 0 = unlimited.
     pub max_runtime_min: u32,
     /// How long `ask_user` waits for an answer.
@@ -126,6 +129,7 @@ impl Default for TaskConfig {
     fn default() -> Self {
         TaskConfig {
             max_concurrent_tasks: 4,
+            cluster_max_running: None,
             max_runtime_min: 0,
             default_timeout_min: 10,
             max_rounds: 30,
@@ -571,6 +575,13 @@ impl Config {
                 });
             }
         }
+        if task.cluster_max_running == Some(0) {
+            return Err(ConfigError::Invalid {
+                section: "task",
+                key: "cluster_max_running",
+                problem: "must be ≥ 1, got 0 (leave it out for no cluster-wide cap)".to_owned(),
+            });
+        }
         task.validate_timezone()?;
         self.validate_addresses()?;
         self.validate_names()?;
@@ -835,6 +846,14 @@ mod tests {
             err.to_string(),
             "config [task].max_concurrent_tasks must be ≥ 1, got 0"
         );
+        let err = Config::parse("[task]\ncluster_max_running = 0\n", env(&[])).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("config [task].cluster_max_running must be ≥ 1, got 0"),
+            "{err}"
+        );
+        let capped = Config::parse("[task]\ncluster_max_running = 3\n", env(&[])).unwrap();
+        assert_eq!(capped.task.cluster_max_running, Some(3));
         let err = Config::parse("[task]\nmax_rounds = \"many\"\n", env(&[])).unwrap_err();
         assert!(err.to_string().contains("max_rounds"), "{err}");
         let err = Config::parse("[task]\nmax_round = 3\n", env(&[])).unwrap_err();

@@ -23,6 +23,8 @@
 //! `testing/postgres/setup.sh`), a new database per workload, one engine on it.
 //! `--breakdown` (after the workload) wraps the store and the model in timing wrappers and
 //! prints where the wall time went: calls, mean and total per store operation and model call.
+//! `--serve N` (with `--postgres`, for `http` and `delayed`) runs the workload across N
+//! `mai-agent serve` processes on one database instead of an engine in this process (`serve`).
 //!
 //! This file owns the command line and what every workload shares (building an engine, printing
 //! a breakdown); each workload lives in its own module and must not reach into another's.
@@ -38,6 +40,7 @@ mod echo;
 mod fake_openai;
 mod recorder;
 mod round;
+mod serve;
 mod throughput;
 mod waiting;
 
@@ -79,6 +82,18 @@ impl Options {
     }
 }
 
+/// Removes `flag` and the number after it from `args`; the number, if the flag was there.
+fn take_number(args: &mut Vec<String>, flag: &str) -> Option<usize> {
+    let at = args.iter().position(|a| a == flag)?;
+    args.remove(at);
+    let value = args.remove(at);
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{flag} takes a number, got {value:?}")),
+    )
+}
+
 /// Removes `flag` from `args`; whether it was there.
 fn take_flag(args: &mut Vec<String>, flag: &str) -> bool {
     let at = args.iter().position(|a| a == flag);
@@ -91,6 +106,7 @@ fn take_flag(args: &mut Vec<String>, flag: &str) -> bool {
 #[tokio::main]
 async fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let instances = take_number(&mut args, "--serve");
     let options = Options {
         timings: take_flag(&mut args, "--breakdown").then(|| Arc::new(Timings::default())),
         instant_model: take_flag(&mut args, "--instant-model"),
@@ -114,6 +130,22 @@ async fn main() {
             .join(" ")
     );
     let max_gap_ms = args.get(2).map_or(20, |n| n.parse().expect("a gap in ms"));
+    match (workload, instances) {
+        ("http", Some(n)) => serve::throughput(&options, n, count.unwrap_or(200)).await,
+        ("delayed", Some(n)) => {
+            serve::delayed(&options, n, count.unwrap_or(500), max_gap_ms).await;
+        }
+        (_, Some(_)) => {
+            eprintln!("--serve N runs the workloads http and delayed only");
+            std::process::exit(2);
+        }
+        _ => run_in_process(&options, workload, count, max_gap_ms).await,
+    }
+}
+
+/// The workloads on engines in this process.
+async fn run_in_process(options: &Options, workload: &str, count: Option<usize>, max_gap_ms: u64) {
+    let options = options.clone();
     match workload {
         "round" => round::run(&options, count.unwrap_or(40)).await,
         "http" => throughput::run(&options, count.unwrap_or(200)).await,

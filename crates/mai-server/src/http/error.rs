@@ -4,7 +4,7 @@
 //! query strings) into that body.
 //!
 //! Must not: answer a client's mistake with a 5xx. Only real faults (the store failing, a bug)
-//! are 500.
+//! are 500; a database out of reach is 503 (try again).
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
@@ -85,6 +85,9 @@ impl From<EngineError> for ApiError {
             | EngineError::InvalidCron { .. } => StatusCode::BAD_REQUEST,
             EngineError::WrongState { .. } | EngineError::Transition(_) => StatusCode::CONFLICT,
             EngineError::Stopping => StatusCode::SERVICE_UNAVAILABLE,
+            // The database is out of reach: nothing was done, and the same request may pass
+            // once it is back (the message says so).
+            EngineError::Store(error) if error.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::LimitReached(_) => StatusCode::TOO_MANY_REQUESTS,
             EngineError::Store(_) | EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -21,8 +21,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use mai_core::lease::StopRequest;
 use mai_core::store::{
-    Admit, Change, CountQuery, HistoryEntry, NewHistoryEntry, Notices, Resolved, SaveOutcome,
-    StoreError, TaskCounts, TaskFilter, TaskStore, TaskWrite,
+    Admit, Change, Claim, CountQuery, HistoryEntry, NewHistoryEntry, Notices, Resolved,
+    SaveOutcome, StoreError, TaskCounts, TaskFilter, TaskStore, TaskWrite,
 };
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -73,6 +73,11 @@ static TASKS: Migrations = Migrations {
 /// The advisory lock that serialises admitted inserts across instances, so the caps of
 /// `[limits]` hold exactly when creations race (docs/design.md, I39).
 const ADMIT_LOCK: i64 = 0x6d61_6941_646d_6974; // "maiAdmit"
+
+/// The advisory lock every claim under a cluster-wide cap (`[task] cluster_max_running`) takes
+/// for its transaction, so the count of running tasks it reads cannot be passed by another
+/// instance's claim before it commits.
+const CLAIM_LOCK: i64 = 0x6d61_6943_6c61_696d; // "maiClaim"
 
 /// The channel a shared database announces task changes on (`migrations/postgres/0003`).
 const CHANNEL: &str = "mai_tasks";
@@ -382,6 +387,56 @@ impl TaskStore for PgStore {
         }
     }
 
+    /// Without a cap, an update. With one: the lock every capped claim takes, the count of
+    /// running tasks, the read (locking the row), the change and the write in one transaction.
+    async fn claim(
+        &self,
+        id: TaskId,
+        change: Change,
+        cap: Option<u32>,
+    ) -> Result<Claim, StoreError> {
+        const DOING: &str = "claiming a task under the cluster-wide cap";
+        let Some(cap) = cap else {
+            return Ok(match self.update(id, change).await? {
+                Some(task) => Claim::Claimed(Box::new(task)),
+                None => Claim::Declined,
+            });
+        };
+        let outcome = self
+            .transaction(DOING, async |connection| {
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(CLAIM_LOCK)
+                    .execute(&mut *connection)
+                    .await
+                    .map_err(pg(DOING))?;
+                let running: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'running'")
+                        .fetch_one(&mut *connection)
+                        .await
+                        .map_err(pg(DOING))?;
+                let Some(mut task) = read::get_task(connection, id, true).await? else {
+                    return Err(Failure::Unchanged);
+                };
+                let read = task.status;
+                if !change(&mut task) {
+                    return Err(Failure::Unchanged);
+                }
+                if running >= i64::from(cap) {
+                    return Ok(Claim::Full);
+                }
+                let rows = Rows::save(&task, Some(read), &[])?;
+                write::write_all(connection, &self.holder, std::slice::from_ref(&rows), DOING)
+                    .await?;
+                Ok(Claim::Claimed(Box::new(task)))
+            })
+            .await?;
+        match outcome {
+            Ok(claim) => Ok(claim),
+            Err(Failure::Unchanged | Failure::Conflict(_)) => Ok(Claim::Declined),
+            Err(Failure::Store(error)) => Err(error),
+        }
+    }
+
     async fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
         const DOING: &str = "reading a task";
         let mut connection = self.connection(DOING).await?;
@@ -453,7 +508,7 @@ impl TaskStore for PgStore {
         true
     }
 
-    async fn renew_leases(&self) -> Result<Vec<(TaskId, StopRequest)>, StoreError> {
+    async fn renew_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
         let Some(instance) = self.holder.instance.as_deref() else {
             return Ok(Vec::new());
         };
@@ -466,7 +521,7 @@ impl TaskStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(pg("renewing this instance's task leases"))?;
-        Ok(stop_requests(renewed))
+        Ok(with_stop_requests(renewed))
     }
 
     async fn expired_leases(&self) -> Result<Vec<(TaskId, Option<StopRequest>)>, StoreError> {
@@ -477,13 +532,7 @@ impl TaskStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(pg("looking for running tasks whose lease expired"))?;
-        Ok(expired
-            .into_iter()
-            .filter_map(|(key, request)| {
-                let request = request.as_deref().and_then(StopRequest::parse);
-                Some((parse_id_key(&key)?, request))
-            })
-            .collect())
+        Ok(with_stop_requests(expired))
     }
 
     async fn release_leases(&self, instance: &str) -> Result<u64, StoreError> {
@@ -516,15 +565,12 @@ impl TaskStore for PgStore {
     }
 }
 
-/// The stop requests among renewed leases.
-fn stop_requests(renewed: Vec<(String, Option<String>)>) -> Vec<(TaskId, StopRequest)> {
-    renewed
-        .into_iter()
+/// Task ids with the stop request left on each, read from rows.
+fn with_stop_requests(rows: Vec<(String, Option<String>)>) -> Vec<(TaskId, Option<StopRequest>)> {
+    rows.into_iter()
         .filter_map(|(key, request)| {
-            Some((
-                parse_id_key(&key)?,
-                StopRequest::parse(request.as_deref()?)?,
-            ))
+            let request = request.as_deref().and_then(StopRequest::parse);
+            Some((parse_id_key(&key)?, request))
         })
         .collect()
 }
