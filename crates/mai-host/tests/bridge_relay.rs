@@ -1,7 +1,8 @@
 //! Two MaiBot hosts on one PostgreSQL database — what two `serve` instances have, the plugin's
 //! bridge connected to one of them: a request made on the other is answered through the bridge,
 //! a send made while no instance holds a bridge is held until one does, and a send whose holder
-//! died unanswered is held and made again, with the same part id, through the next bridge.
+//! died unanswered is held and made again, with the same part id, through the next bridge; a
+//! chat whose part was given up is told through the next bridge, wherever it connects.
 //!
 //! The bridges are in-process ([`MaiBotHost::attach`] and [`MaiBotHost::receive`], what the
 //! server's WebSocket pump calls); the database and its notices are real. The tests wait on
@@ -30,6 +31,14 @@ struct Instance {
 
 /// The MaiBot host of instance `name` on the database at `url` (migrated as `serve` does).
 async fn instance(url: &str, name: &str, request_timeout: Duration) -> Instance {
+    let config = MaiBotConfig {
+        request_timeout,
+        offline_timeout: Duration::from_secs(600),
+    };
+    instance_with(url, name, config).await
+}
+
+async fn instance_with(url: &str, name: &str, config: MaiBotConfig) -> Instance {
     let pool = mai_store::connect_pool(url, &mai_store::PgOptions::default())
         .await
         .unwrap();
@@ -39,10 +48,6 @@ async fn instance(url: &str, name: &str, request_timeout: Duration) -> Instance 
     )
     .await
     .unwrap();
-    let config = MaiBotConfig {
-        request_timeout,
-        offline_timeout: Duration::from_secs(600),
-    };
     let relay = RelayConfig {
         instance: name.to_owned(),
         lease: Duration::from_secs(1),
@@ -260,4 +265,31 @@ async fn each_queued_request_is_taken_by_one_holder_when_two_instances_hold_a_br
         "every request reached one bridge once: {seen:?}"
     );
     assert!(link_a.outbox.try_recv().is_err() && link_b.outbox.try_recv().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_whose_part_was_given_up_is_told_through_the_next_bridge_on_another_instance() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.database();
+    let a = instance(&url, "a", Duration::from_secs(20)).await;
+    let no_patience = MaiBotConfig {
+        request_timeout: Duration::from_secs(20),
+        offline_timeout: Duration::ZERO,
+    };
+    let b = instance_with(&url, "b", no_patience).await;
+    let stream = StreamId::new("session-1").unwrap();
+    let error = b.host.send_part(&stream, "lost", "t1:0").await.unwrap_err();
+    assert!(error.to_string().contains("offline_timeout_min"), "{error}");
+
+    let mut link = attach(&a, &b.pool, "a").await;
+    let notice = next_request(&mut link).await;
+    assert_eq!(notice["method"], "send_text");
+    assert_eq!(notice["params"]["stream_id"], "session-1");
+    let part = notice["params"]["part_id"].as_str().unwrap();
+    assert!(part.starts_with("notice:"), "{notice}");
+    let text = notice["params"]["text"].as_str().unwrap();
+    assert!(text.contains("could not deliver 1 message(s)"), "{text}");
+    answer(&a, &link, &notice, json!({"sent": true}));
 }

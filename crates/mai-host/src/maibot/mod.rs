@@ -100,11 +100,29 @@ impl MaiBotHost {
                     ),
                 )
             })?;
-        Ok(MaiBotHost {
+        let host = MaiBotHost {
             slot,
-            relay: Some(relay),
+            relay: Some(relay.clone()),
             undelivered: Arc::default(),
-        })
+        };
+        tokio::spawn(host.clone().tell_through_others(relay.holders()));
+        Ok(host)
+    }
+
+    /// On a shared database, the chats whose parts were given up here are told as soon as a
+    /// bridge is reachable through another instance (as [`MaiBotHost::attach`] tells them
+    /// when one connects here).
+    async fn tell_through_others(self, mut holders: tokio::sync::watch::Receiver<u64>) {
+        let Some(relay) = self.relay.clone() else {
+            return;
+        };
+        while holders.changed().await.is_ok() && !relay.closed() {
+            if self.undelivered_lock().is_empty() || !relay.holder_elsewhere().await {
+                continue;
+            }
+            let notices = std::mem::take(&mut *self.undelivered_lock());
+            self.deliver_notices(notices).await;
+        }
     }
 
     /// Reads the plugin's first frame, which must be `hello`; returns what it said and the answer

@@ -98,6 +98,11 @@ impl Relay {
         self.holders.subscribe()
     }
 
+    /// Whether the database pool was closed (the instance is stopping).
+    pub(super) fn closed(&self) -> bool {
+        self.pool.is_closed()
+    }
+
     /// When this instance last knew of a bridge held elsewhere.
     pub(super) fn seen_holder(&self) -> Option<Instant> {
         *locked(&self.seen_holder)
