@@ -210,12 +210,18 @@ impl Engine {
     }
 
     /// Reads a task another instance changed and takes it up here (unless it runs here: the run
-    /// knows best).
+    /// knows best). A run that is ending may have been overtaken — its question answered through
+    /// another instance before it finished sending it: a task pending or waiting again is
+    /// queued to be looked at once the run's slot is freed (the claim sorts out who runs it).
     async fn follow(&self, id: TaskId) -> Result<(), EngineError> {
-        if self.schedule.control(id).is_some() {
-            return Ok(());
-        }
+        let runs_here = self.schedule.control(id).is_some();
         match self.store.get(id).await? {
+            Some(task) if runs_here => {
+                if matches!(task.status, TaskStatus::Pending | TaskStatus::WaitingInput) {
+                    self.schedule.queue(id, task.priority);
+                }
+                Ok(())
+            }
             Some(task) => {
                 // What another instance did shows on this one's event stream too.
                 self.emit(TaskEvent::Changed {
@@ -224,6 +230,7 @@ impl Engine {
                 });
                 self.take_up(task, Taking::Notice).await
             }
+            None if runs_here => Ok(()),
             None => {
                 self.schedule.withdraw(id);
                 Ok(())
