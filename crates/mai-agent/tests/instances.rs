@@ -705,7 +705,12 @@ impl FakePlugin {
             }
         })
         .await
-        .expect("mai-agent sent nothing over the bridge");
+        .unwrap_or_else(|_| {
+            panic!(
+                "mai-agent sent nothing more over the bridge (parts asked so far: {:?})",
+                self.send_requests
+            )
+        });
         serde_json::from_str(&frame).unwrap()
     }
 
@@ -788,37 +793,40 @@ struct BridgeCluster {
     a: Served,
     b: Served,
     plugin: FakePlugin,
-    _data: tempfile::TempDir,
+    model: MockServer,
+    data: tempfile::TempDir,
 }
 
 impl BridgeCluster {
-    async fn start(steps: fn(usize, &Value) -> Value) -> Option<(BridgeCluster, MockServer)> {
+    async fn start(steps: fn(usize, &Value) -> Value) -> Option<BridgeCluster> {
         // Extends `[permission]` (the person may make tasks), then the MaiBot host.
         let extra = "users = [\"qq:1001\"]\n[host]\nkind = \"maibot\"\nrequest_timeout_secs = 3\n";
         let mut cluster = Cluster::start(extra).await?;
         cluster.listener.listen("mai_bridge").await.unwrap();
         let (model, calls) = model(steps, Some(0)).await;
         let data = tempfile::tempdir().unwrap();
-        let mut command = serve_command(&data.path().join("a"), &model, Some(&cluster.config));
-        command
-            .env("MAI_AGENT__SERVER__INSTANCE_ID", "a")
-            .env("MAI_AGENT__TASK__MAX_CONCURRENT_TASKS", "1")
-            .env("MAI_AGENT_LOG", "info");
-        let a = Served::start(command);
+        let a = serve_a(&cluster, &model, data.path());
         let client = reqwest::Client::new();
         create_console_task(&client, &a.base, "keep instance a busy").await;
         calls.wait_past(0).await;
         let b = cluster.serve("b", &model, data.path());
         let plugin = FakePlugin::connect(&a).await;
         cluster.wait_holder("a").await;
-        let started = BridgeCluster {
+        Some(BridgeCluster {
             cluster,
             a,
             b,
             plugin,
-            _data: data,
-        };
-        Some((started, model))
+            model,
+            data,
+        })
+    }
+
+    /// Instance `a` killed (SIGKILL) and started again on its data directory.
+    fn restart_a(&mut self) {
+        self.a.child.kill().unwrap();
+        self.a.child.wait().unwrap();
+        self.a = serve_a(&self.cluster, &self.model, self.data.path());
     }
 
     /// Creates a task in MaiBot chat `session-1` through instance `b`, for person qq:1001.
@@ -838,6 +846,16 @@ impl BridgeCluster {
             .unwrap_or_else(|| panic!("{body}"))
             .to_owned()
     }
+}
+
+/// Instance `a`: one task slot.
+fn serve_a(cluster: &Cluster, model: &MockServer, data: &std::path::Path) -> Served {
+    let mut command = serve_command(&data.join("a"), model, Some(&cluster.config));
+    command
+        .env("MAI_AGENT__SERVER__INSTANCE_ID", "a")
+        .env("MAI_AGENT__TASK__MAX_CONCURRENT_TASKS", "1")
+        .env("MAI_AGENT_LOG", "info");
+    Served::start(command)
 }
 
 impl Cluster {
@@ -865,9 +883,10 @@ impl Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_on_an_instance_without_the_bridge_reads_asks_and_answers_through_the_one_holding_it()
  {
-    let Some((mut on, _model)) = BridgeCluster::start(read_ask_then_answer).await else {
+    let Some(mut on) = BridgeCluster::start(read_ask_then_answer).await else {
         return;
     };
+    let _dump = DumpOnPanic(vec![on.a.log.clone(), on.b.log.clone()]);
     let id = on.create_on_b("read the chat then ask me a colour").await;
     // The history read and the question reach MaiBot through a's bridge.
     let question = on.plugin.serve_until(send_of("which colour")).await;
@@ -886,7 +905,8 @@ async fn a_task_on_an_instance_without_the_bridge_reads_asks_and_answers_through
         "the chat's history, read through a, reached b's task"
     );
 
-    // The person answers in the chat: MaiBot hands the message to a, which records the answer.
+    // The person answers in the chat at once (b's run may still be ending) and MaiBot hands
+    // the message to a, which records the answer; a has no free slot: b takes the task up.
     let answered: Value = reqwest::Client::new()
         .post(format!("{}/v1/messages", on.a.base))
         .json(
@@ -917,25 +937,29 @@ async fn a_task_on_an_instance_without_the_bridge_reads_asks_and_answers_through
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_part_whose_bridge_instance_was_killed_mid_send_reaches_the_chat_once_through_the_next_bridge()
- {
-    let Some((mut on, _model)) = BridgeCluster::start(answer_at_once).await else {
+/// A task on `b` sends a part through `a`; MaiBot sends it, but `a` is killed before the answer
+/// gets back. The plugin reconnects — to `b`, or to `a` started again — and is asked the part
+/// again with the same id, which it drops: the chat has it once.
+async fn killed_mid_send(reconnect_to_b: bool) {
+    let Some(mut on) = BridgeCluster::start(answer_at_once).await else {
         return;
     };
+    let _dump = DumpOnPanic(vec![on.a.log.clone(), on.b.log.clone()]);
     let id = on.create_on_b("say something").await;
-    // MaiBot sends the part, but a is killed before its answer gets back.
     let in_chat = |r: &Value| r["method"] == "send_text" && r["params"]["stream_id"] == "session-1";
     let send = on.plugin.serve_until(in_chat).await;
     let part = send["params"]["part_id"].as_str().unwrap().to_owned();
     let text = send["params"]["text"].as_str().unwrap().to_owned();
     on.plugin.chat.push((part.clone(), text));
-    on.a.child.kill().unwrap();
-    on.a.child.wait().unwrap();
-
-    // The plugin reconnects, to b this time; b sends the part again with its id. (b also
-    // adopts a's task and answers it in a's console chat: not this chat's business.)
-    on.plugin.reconnect(&on.b).await;
+    if reconnect_to_b {
+        on.a.child.kill().unwrap();
+        on.a.child.wait().unwrap();
+        on.plugin.reconnect(&on.b).await;
+    } else {
+        on.restart_a();
+        on.plugin.reconnect(&on.a).await;
+    }
+    // (The instances also take up a's own task and answer it in a's console chat: skipped.)
     let again = on.plugin.serve_until(in_chat).await;
     assert_eq!(again["params"]["part_id"], part.as_str());
     on.plugin.answer(&again).await;
@@ -953,5 +977,20 @@ async fn a_part_whose_bridge_instance_was_killed_mid_send_reaches_the_chat_once_
         .iter()
         .filter(|p| **p == part)
         .count();
-    assert_eq!(asked, 2, "asked through a, then again through b");
+    assert_eq!(
+        asked, 2,
+        "asked through a, then again through the next bridge"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_whose_bridge_instance_was_killed_mid_send_reaches_the_chat_once_through_a_bridge_on_the_task_s_instance()
+ {
+    killed_mid_send(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_whose_bridge_instance_was_killed_mid_send_reaches_the_chat_once_through_that_instance_restarted()
+ {
+    killed_mid_send(false).await;
 }
