@@ -271,16 +271,16 @@ pub struct TaskMetadata {
     /// Set while paused by a budget: when that budget resets and the task resumes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_resets_at: Option<DateTime<Utc>>,
-    /// The loop guard's counts for this run: how many times each tool was called with the same
-    /// arguments (keyed by tool name and a digest of the canonical JSON of its arguments).
-    /// Saved with every checkpoint, so they survive recovery; each cron fire starts afresh.
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub repeats: std::collections::BTreeMap<String, u32>,
     /// Who recorded the answer a waiting task resumes with, when a door named one (`mai-agent
     /// task ask`, the dashboard, `/maitask ask`): the status-log line of the resume names them
     /// instead of the scheduler. Cleared when that run starts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// The model calls of this run not yet in the usage table: a running task's usage rows are
+    /// written a few rounds at a time, and until then they are saved here, with every
+    /// checkpoint, so a crash loses none of them (the run that resumes the task writes them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage_unwritten: Vec<crate::usage::UsageRecord>,
 }
 
 fn is_zero(value: &u32) -> bool {

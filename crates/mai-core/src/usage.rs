@@ -51,6 +51,10 @@ impl UsagePurpose {
 /// One model call, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {
+    /// Names the call: a record written twice (once from a task's record after a crash, say)
+    /// is stored once.
+    #[serde(default = "uuid::Uuid::new_v4")]
+    pub id: uuid::Uuid,
     pub at: DateTime<Utc>,
     /// The calendar day of `at` in `[task] timezone` when it was recorded (what "per day"
     /// groups by).
@@ -76,6 +80,9 @@ pub struct UsageRecord {
     /// From `[prices]` at the time of the call; `None` when the model has no price.
     pub cost: Option<f64>,
 }
+
+// A cost is a finite sum of finite prices (never NaN), so equality is total.
+impl Eq for UsageRecord {}
 
 impl UsageRecord {
     /// Prompt plus completion tokens: what the token budgets count.

@@ -154,6 +154,8 @@ pub(crate) enum Sink<'a> {
     Store {
         engine: &'a Engine,
         task: &'a mut TaskRecord,
+        /// The loop guard's counts of the task's conversation (see `loop_guard::counts_in`).
+        repeats: &'a mut std::collections::BTreeMap<String, u32>,
     },
     /// A sub-agent: nothing is kept, and the calls of one round run concurrently. `repeats`:
     /// its loop guard's counts.
@@ -185,6 +187,13 @@ enum Calls {
     /// overlaps the next model call, and is durable before anything else happens.
     Unsaved,
     End(LoopEnd),
+}
+
+/// What a checkpoint writes: the conversation's new history entries and the usage records
+/// staged with them.
+pub(crate) struct Checkpoint {
+    pub entries: Vec<NewHistoryEntry>,
+    pub usage: Vec<mai_core::usage::UsageRecord>,
 }
 
 /// What a model call came back with.
@@ -260,7 +269,7 @@ impl AgentLoop<'_> {
 
     async fn save_unsaved(&mut self, conversation: &mut Conversation) -> Result<(), EngineError> {
         match &mut self.sink {
-            Sink::Store { engine, task } => engine.save_unsaved(task, conversation).await,
+            Sink::Store { engine, task, .. } => engine.save_unsaved(task, conversation).await,
             Sink::Discard { .. } => Ok(()),
         }
     }
@@ -283,7 +292,7 @@ impl AgentLoop<'_> {
                 &mut self.last_text,
             ))));
         }
-        if let Sink::Store { engine, task } = &self.sink
+        if let Sink::Store { engine, task, .. } = &self.sink
             && let Err(hit) = crate::admission::check_spending(engine, task).await?
         {
             if checkpoint_due {
@@ -291,18 +300,18 @@ impl AgentLoop<'_> {
             }
             return Ok(Some(LoopEnd::OverBudget(hit)));
         }
-        let (store, entries) = match &mut self.sink {
-            Sink::Store { engine, task } if checkpoint_due => {
-                let entries = engine.take_unsaved(task, conversation)?;
-                (Some((*engine, &**task)), entries)
+        let (store, checkpoint) = match &mut self.sink {
+            Sink::Store { engine, task, .. } if checkpoint_due => {
+                let checkpoint = engine.take_unsaved(task, conversation)?;
+                (Some((*engine, &**task)), Some(checkpoint))
             }
-            Sink::Store { engine, task } => (Some((*engine, &**task)), Vec::new()),
-            Sink::Discard { .. } => (None, Vec::new()),
+            Sink::Store { engine, task, .. } => (Some((*engine, &**task)), None),
+            Sink::Discard { .. } => (None, None),
         };
         let write = async {
-            match store {
-                Some((engine, task)) if !entries.is_empty() => {
-                    engine.write_checkpoint(task, &entries).await
+            match (store, &checkpoint) {
+                (Some((engine, task)), Some(checkpoint)) if !checkpoint.entries.is_empty() => {
+                    engine.write_checkpoint(task, checkpoint).await
                 }
                 _ => Ok(()),
             }
@@ -350,8 +359,14 @@ impl AgentLoop<'_> {
         calls: Vec<ToolCall>,
     ) -> Result<Calls, EngineError> {
         match &mut self.sink {
-            Sink::Store { engine, task } => {
-                engine.run_calls(task, conversation, calls, self.ctx).await
+            Sink::Store {
+                engine,
+                task,
+                repeats,
+            } => {
+                engine
+                    .run_calls(task, repeats, conversation, calls, self.ctx)
+                    .await
             }
             Sink::Discard { repeats, .. } => {
                 let config = self.deps.config.config();
@@ -512,6 +527,7 @@ impl Engine {
             .history(task.id, task.metadata.history_from)
             .await?;
         let mut conversation = Conversation::rebuild(&history).map_err(EngineError::Internal)?;
+        let mut repeats = loop_guard::counts_in(&conversation.messages, ASK_USER);
         let ctx = self.tool_context(task, control.token.clone());
         if conversation.messages.is_empty() {
             self.begin_conversation(task, &ctx, &mut conversation)?;
@@ -521,7 +537,11 @@ impl Engine {
             let mut agent = AgentLoop {
                 deps: &self.deps,
                 ctx: &ctx,
-                sink: Sink::Store { engine: self, task },
+                sink: Sink::Store {
+                    engine: self,
+                    task,
+                    repeats: &mut repeats,
+                },
                 tools: &mut tools,
                 last_text: String::new(),
             };
@@ -597,6 +617,7 @@ impl Engine {
     async fn run_calls(
         &self,
         task: &mut TaskRecord,
+        repeats: &mut std::collections::BTreeMap<String, u32>,
         conversation: &mut Conversation,
         calls: Vec<ToolCall>,
         ctx: &ToolContext,
@@ -630,12 +651,7 @@ impl Engine {
                 }
             } else {
                 let config = self.config.config();
-                match loop_guard::count(
-                    &mut task.metadata.repeats,
-                    &config.task,
-                    &self.prompts,
-                    &call,
-                ) {
+                match loop_guard::count(repeats, &config.task, &self.prompts, &call) {
                     Verdict::Run => match self.run_call(&call, ctx).await {
                         Some(outcome) => outcome,
                         None => return Ok(Calls::End(LoopEnd::Cancelled)),
@@ -725,27 +741,29 @@ impl Engine {
     }
 
     /// Moves the conversation's unsaved messages out as history entries of the current round,
-    /// counted in `task` (which is written with them).
+    /// counted in `task` (which is written with them), with the usage records due to be written
+    /// with them (see [`crate::usage::Meter::stage`]).
     pub(crate) fn take_unsaved(
         &self,
         task: &mut TaskRecord,
         conversation: &mut Conversation,
-    ) -> Result<Vec<NewHistoryEntry>, EngineError> {
+    ) -> Result<Checkpoint, EngineError> {
         let entries = self.unsaved_entries(conversation, task.metadata.rounds)?;
         conversation.unsaved.clear();
         task.metadata.history_len += entries.len() as u64;
         task.updated_at = self.now();
-        Ok(entries)
+        let usage = self.meter.stage(task);
+        Ok(Checkpoint { entries, usage })
     }
 
     /// Writes a checkpoint taken by [`Engine::take_unsaved`] (compare-and-set on `running`).
     pub(crate) async fn write_checkpoint(
         &self,
         task: &TaskRecord,
-        entries: &[NewHistoryEntry],
+        checkpoint: &Checkpoint,
     ) -> Result<(), EngineError> {
         match self
-            .checkpoint_with_usage(task, TaskStatus::Running, entries)
+            .checkpoint_with_usage(task, TaskStatus::Running, checkpoint)
             .await?
         {
             SaveOutcome::Saved => Ok(()),
@@ -769,7 +787,14 @@ impl Engine {
         let entries = self.unsaved_entries(conversation, round)?;
         task.metadata.history_len += entries.len() as u64;
         task.updated_at = at;
-        match self.checkpoint_with_usage(task, expected, &entries).await? {
+        let checkpoint = Checkpoint {
+            entries,
+            usage: self.meter.stage(task),
+        };
+        match self
+            .checkpoint_with_usage(task, expected, &checkpoint)
+            .await?
+        {
             SaveOutcome::Saved => {
                 conversation.unsaved.clear();
                 if task.status != expected
@@ -790,26 +815,26 @@ impl Engine {
         }
     }
 
-    /// A checkpoint (compare-and-set on `expected`) that also writes the usage records waiting
-    /// for the task, in the same transaction; on a conflict they wait for the run's end.
+    /// A checkpoint (compare-and-set on `expected`) with the usage records staged for it, in
+    /// one transaction; once it is stored the meter forgets them.
     async fn checkpoint_with_usage(
         &self,
         task: &TaskRecord,
         expected: TaskStatus,
-        entries: &[NewHistoryEntry],
+        checkpoint: &Checkpoint,
     ) -> Result<SaveOutcome, EngineError> {
-        let usage = self.meter.take(task.id);
-        if usage.is_empty() {
-            return Ok(self.store.checkpoint(task, Some(expected), entries).await?);
+        let Checkpoint { entries, usage } = checkpoint;
+        let outcome = if usage.is_empty() {
+            self.store.checkpoint(task, Some(expected), entries).await?
+        } else {
+            self.store
+                .checkpoint_with_usage(task, Some(expected), entries, usage)
+                .await?
+        };
+        if outcome == SaveOutcome::Saved {
+            self.meter.written(task.id, usage);
         }
-        let outcome = self
-            .store
-            .checkpoint_with_usage(task, Some(expected), entries, &usage)
-            .await;
-        if !matches!(outcome, Ok(SaveOutcome::Saved)) {
-            self.meter.put_back(task.id, usage);
-        }
-        Ok(outcome?)
+        Ok(outcome)
     }
 
     /// The conversation's messages not checkpointed yet, as history entries of `round`.

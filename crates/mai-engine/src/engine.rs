@@ -332,18 +332,28 @@ impl Engine {
 
     /// A task found running that runs nowhere here: back to pending (it resumes from its last
     /// checkpoint) and queued. On a shared store the write is fenced by the task's lease, so a
-    /// task another instance still runs is left alone.
+    /// task another instance still runs is left alone. The usage records its run saved in its
+    /// record but had not written to the usage table yet are written once it is taken back.
     async fn recover_running(&self, task: TaskRecord) -> Result<(), EngineError> {
         let (id, actor) = (task.id, self.actor("recovery"));
         let now = self.now();
+        let unwritten = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let taken = unwritten.clone();
         let recovered: mai_core::store::Change = Box::new(move |task| {
             if task.status != TaskStatus::Running {
                 return false;
             }
             task.force(TaskStatus::Pending, &actor, "recovered from running", now);
+            *crate::run::lock(&taken) = std::mem::take(&mut task.metadata.usage_unwritten);
             true
         });
         if let Some(task) = self.store.update(id, recovered).await? {
+            // A crash before this write loses these few records; writing them twice (a
+            // recovery that runs again) stores them once.
+            let records = std::mem::take(&mut *crate::run::lock(&unwritten));
+            if let Err(error) = self.store.record_usage(&records).await {
+                tracing::error!(task = %id, %error, "could not record the model usage a recovered task carried");
+            }
             self.emit_changes(&task, 1);
             self.schedule.queue(task.id, task.priority);
         }

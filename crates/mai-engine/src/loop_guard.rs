@@ -4,9 +4,10 @@
 //!
 //! Arguments are compared as canonical JSON (keys sorted, no whitespace; a raw string that is
 //! JSON is parsed first), so `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` are the same call. A task's
-//! counts live in its record (`metadata.repeats`), saved with every checkpoint, so they survive
-//! recovery; a cron task's next fire starts afresh; a sub-agent keeps its own counts for its
-//! one call. Must not: run tools or decide anything but whether a call repeats too often.
+//! counts are those of its conversation: counted again from the checkpointed history whenever a
+//! run starts ([`counts_in`]), so they survive recovery without being stored twice; a cron
+//! task's next fire starts a new conversation, and so afresh; a sub-agent keeps its own counts
+//! for its one call. Must not: run tools or decide anything but whether a call repeats too often.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use mai_core::config::TaskConfig;
-use mai_core::model::ToolCall;
+use mai_core::model::{ChatMessage, MessageRole, ToolCall};
 use mai_core::tool::{OutcomeKind, ToolOutcome};
 
 use crate::prompts::{PromptName, Prompts};
@@ -38,6 +39,28 @@ fn key(call: &ToolCall) -> String {
     };
     let digest = Uuid::new_v5(&Uuid::NAMESPACE_OID, canonical.as_bytes());
     format!("{}:{}", call.name, digest.simple())
+}
+
+/// The counts of a conversation: every call of its assistant messages that has its result
+/// (the calls still without one are counted when they are handled), except calls of `unwatched`
+/// (`ask_user`, which the loop handles itself and never counts).
+pub(crate) fn counts_in(messages: &[ChatMessage], unwatched: &str) -> BTreeMap<String, u32> {
+    let answered: std::collections::HashSet<&str> = messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    let mut counts = BTreeMap::new();
+    let calls = messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Assistant)
+        .flat_map(|m| &m.tool_calls);
+    for call in calls {
+        if call.name != unwatched && answered.contains(call.id.as_str()) {
+            *counts.entry(key(call)).or_insert(0_u32) += 1;
+        }
+    }
+    counts
 }
 
 /// Counts `call` in `repeats` and says whether it may run.

@@ -287,7 +287,7 @@ impl Engine {
         } else {
             self.schedule.run_ended(reply.id);
         }
-        let outcome = self.end_with_reply(&task, &history, &reply).await?;
+        let outcome = self.end_with_reply(&mut task, &history, &reply).await?;
         if let SaveOutcome::Conflict { actual } = outcome {
             self.schedule.run_ended(reply.id);
             tracing::debug!(task = %task.id, %actual, "changed before it could complete");
@@ -335,7 +335,7 @@ impl Engine {
             task.id.short()
         );
         let reply = self.reply_task(&task, &notice, true, self.now());
-        let outcome = self.end_with_reply(&task, &[], &reply).await?;
+        let outcome = self.end_with_reply(&mut task, &[], &reply).await?;
         if outcome == SaveOutcome::Saved {
             if let Some(change) = task.status_log.last() {
                 self.emit(TaskEvent::Status {
@@ -353,12 +353,12 @@ impl Engine {
     /// transaction (a compare-and-set on `running`, so a concurrent cancel wins).
     async fn end_with_reply(
         &self,
-        task: &TaskRecord,
+        task: &mut TaskRecord,
         history: &[NewHistoryEntry],
         reply: &TaskRecord,
     ) -> Result<SaveOutcome, EngineError> {
-        // The run's last model calls are recorded in the same write.
-        let usage = self.meter.take(task.id);
+        // The run's model calls not written yet are recorded in the same write.
+        let usage = self.meter.stage(task);
         let outcome = self
             .store
             .write(&[
@@ -371,11 +371,11 @@ impl Engine {
                 TaskWrite::InsertIfAbsent(reply),
                 TaskWrite::Usage(&usage),
             ])
-            .await;
-        if !matches!(outcome, Ok(SaveOutcome::Saved)) {
-            self.meter.put_back(task.id, usage);
+            .await?;
+        if outcome == SaveOutcome::Saved {
+            self.meter.written(task.id, &usage);
         }
-        Ok(outcome?)
+        Ok(outcome)
     }
 
     /// A cron task's answer: checkpointed first, so the next run's conversation starts after
@@ -388,17 +388,15 @@ impl Engine {
     ) -> Result<(), EngineError> {
         if !history.is_empty() {
             task.metadata.history_len += history.len() as u64;
-            let usage = self.meter.take(task.id);
+            let usage = self.meter.stage(&mut task);
             let outcome = self
                 .store
                 .checkpoint_with_usage(&task, Some(TaskStatus::Running), &history, &usage)
-                .await;
-            if !matches!(outcome, Ok(SaveOutcome::Saved)) {
-                self.meter.put_back(task.id, usage);
-            }
-            if outcome? != SaveOutcome::Saved {
+                .await?;
+            if outcome != SaveOutcome::Saved {
                 return Ok(());
             }
+            self.meter.written(task.id, &usage);
         }
         let reply = reply_task_id(&task);
         self.create_reply(&task, &text, false).await?;
@@ -541,10 +539,18 @@ impl Engine {
             task.metadata.history_len = 0;
             task.metadata.runtime_secs = 0;
             task.metadata.history_from = history_from;
-            task.metadata.repeats.clear();
         }
-        match self.store.save(&task, Some(TaskStatus::Running)).await? {
+        // The run's model calls not written yet are recorded in the same write.
+        let usage = self.meter.stage(&mut task);
+        let save = TaskWrite::Save {
+            task: &task,
+            expected: Some(TaskStatus::Running),
+            expected_question: None,
+            history: &[],
+        };
+        match self.store.write(&[save, TaskWrite::Usage(&usage)]).await? {
             mai_core::store::SaveOutcome::Saved => {
+                self.meter.written(task.id, &usage);
                 self.emit(TaskEvent::Status {
                     task_id: task.id,
                     status: TaskStatus::Completed,

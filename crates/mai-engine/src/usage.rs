@@ -16,7 +16,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 
 use mai_core::model::{ChatRequest, ChatResponse, Usage};
-use mai_core::task::{TaskId, TaskRecord};
+use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use mai_core::tool::ToolContext;
 use mai_core::usage::{UsagePurpose, UsageRecord, UsageTotals, cost_of, estimate_tokens};
 
@@ -67,7 +67,13 @@ impl Served {
     }
 }
 
-/// Records waiting for their task's next checkpoint, and the process's sums for metrics.
+/// How many records a running task's checkpoints carry in its record before one of them writes
+/// them to the usage table: a usage row is five pages (the row and four indexes) in the write
+/// of the checkpoint that carries it, so writing them a few rounds at a time keeps a round's
+/// checkpoint small; the record carries at most this many less one (about 1.5 KiB).
+pub(crate) const WRITE_EVERY: usize = 4;
+
+/// Records not yet in the usage table, by task, and the process's sums for metrics.
 #[derive(Default)]
 pub struct Meter {
     pending: Mutex<HashMap<TaskId, Vec<UsageRecord>>>,
@@ -75,7 +81,7 @@ pub struct Meter {
 }
 
 impl Meter {
-    /// Keeps `record` until its task's next checkpoint (a record without a task is the
+    /// Keeps `record` until a save of its task writes it (a record without a task is the
     /// caller's to write).
     pub(crate) fn hold(&self, record: UsageRecord) {
         self.count(&record);
@@ -101,23 +107,45 @@ impl Meter {
         });
     }
 
-    /// The records waiting for `task`'s checkpoint, taken out.
-    pub(crate) fn take(&self, task: TaskId) -> Vec<UsageRecord> {
-        lock(&self.pending).remove(&task).unwrap_or_default()
+    /// What a save of `task` is to write to the usage table: every record held for it once the
+    /// save ends its run (`task` no longer `running`) or [`WRITE_EVERY`] are held — then the
+    /// record's copy is emptied. Otherwise nothing, and `task` carries a copy of what is held
+    /// (`metadata.usage_unwritten`), so the save makes them durable all the same. The records
+    /// stay held until [`Meter::written`].
+    pub(crate) fn stage(&self, task: &mut TaskRecord) -> Vec<UsageRecord> {
+        let held = lock(&self.pending)
+            .get(&task.id)
+            .cloned()
+            .unwrap_or_default();
+        if task.status != TaskStatus::Running || held.len() >= WRITE_EVERY {
+            task.metadata.usage_unwritten.clear();
+            held
+        } else {
+            task.metadata.usage_unwritten = held;
+            Vec::new()
+        }
     }
 
-    /// Puts back records whose write did not happen (a conflict): the run's end writes them.
-    pub(crate) fn put_back(&self, task: TaskId, mut records: Vec<UsageRecord>) {
+    /// Forgets the held records of `task` that a committed write stored.
+    pub(crate) fn written(&self, task: TaskId, records: &[UsageRecord]) {
         if records.is_empty() {
             return;
         }
         let mut pending = lock(&self.pending);
-        let held = pending.entry(task).or_default();
-        records.append(held);
-        *held = records;
+        if let Some(held) = pending.get_mut(&task) {
+            held.retain(|record| !records.iter().any(|written| written.id == record.id));
+            if held.is_empty() {
+                pending.remove(&task);
+            }
+        }
     }
 
-    /// The records still waiting for a checkpoint that `requester` (or, with `None`, the
+    /// The records held for `task`, taken out (the caller writes them).
+    pub(crate) fn take(&self, task: TaskId) -> Vec<UsageRecord> {
+        lock(&self.pending).remove(&task).unwrap_or_default()
+    }
+
+    /// The records not yet in the usage table that `requester` (or, with `None`, the
     /// stream `stream`) spent since `since`: the budgets count them too, so a tool call in the
     /// round that crossed a budget already sees it.
     pub(crate) fn waiting_sum(
@@ -172,6 +200,8 @@ pub(crate) fn record_of(
     };
     let at = deps.clock.now();
     UsageRecord {
+        // Time-ordered, so the records written together share the index's last page.
+        id: uuid::Uuid::now_v7(),
         at,
         day: budget_day(deps, at).0,
         task_id: served.task_id,

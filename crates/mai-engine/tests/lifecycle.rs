@@ -831,3 +831,108 @@ async fn a_question_cut_off_by_a_crash_is_sent_on_the_next_start_and_only_then()
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert!(sent[0].starts_with("ok, using"), "{sent:?}");
 }
+
+/// count, count (identical), block; after the restart: count again (identical), then answer.
+fn count_twice_block_count() -> Arc<RuleModel> {
+    RuleModel::new(|req| {
+        Ok(match tool_results(req) {
+            0 => call("c1", "count"),
+            1 => call("c2", "count"),
+            2 => call("b1", "block"),
+            3 => call("c3", "count"),
+            _ => ChatResponse::text("finished"),
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_crash_mid_task_loses_neither_its_usage_records_nor_its_loop_guard_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let count = Arc::new(AtomicUsize::new(0));
+    let model = count_twice_block_count();
+    let config = || {
+        let mut config = test_config();
+        config.task.repeat_warn_after = 3;
+        config.task.repeat_fail_after = 5;
+        config
+    };
+
+    let (db1, count1, model1) = (db.clone(), count.clone(), model.clone());
+    let task_id: TaskId = crash_after(move || async move {
+        let reached = Arc::new(tokio::sync::Notify::new());
+        let engine = engine_at(
+            &db1,
+            config(),
+            model1,
+            Arc::new(RecordingHost::default()),
+            registry(&count1, Behaviour::Forever, &reached),
+            Arc::new(SystemClock),
+        )
+        .await;
+        engine.start().await.unwrap();
+        let task = engine
+            .create(&caller("user", Role::User, "s"), CreateTask::agent("work"))
+            .await
+            .unwrap();
+        reached.notified().await;
+        task.id
+    });
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    let calls_before = model.agent_calls.load(Ordering::SeqCst);
+    assert_eq!(calls_before, 3);
+    // The two checkpointed rounds' usage waits in the task's record (fewer than a batch).
+    let store = mai_store::SqliteStore::open(&db).await.unwrap();
+    let stored = mai_core::store::TaskStore::get(&store, task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored
+            .metadata
+            .usage_unwritten
+            .iter()
+            .map(|r| r.round)
+            .collect::<Vec<_>>(),
+        [1, 2],
+        "the checkpoints carried the usage of rounds 1 and 2"
+    );
+    store.close().await;
+
+    let reached = Arc::new(tokio::sync::Notify::new());
+    let engine = engine_at(
+        &db,
+        config(),
+        model.clone(),
+        Arc::new(RecordingHost::default()),
+        registry(&count, Behaviour::Return, &reached),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let mut events = engine.subscribe();
+    engine.start().await.unwrap();
+    wait_for(&mut events, "completion", |e| matches!(e, mai_engine::TaskEvent::Status { task_id: t, status: TaskStatus::Completed, .. } if *t == task_id)).await;
+
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        2,
+        "the third identical call was counted with the two before the crash: warned, not run"
+    );
+    let admin = caller("admin", Role::Admin, "s");
+    let query = mai_core::usage::UsageQuery {
+        task: Some(task_id),
+        group_by: Some(mai_core::usage::UsageGroup::Purpose),
+        ..Default::default()
+    };
+    let (groups, _) = engine.usage(&admin, query).await.unwrap();
+    let agent = groups
+        .iter()
+        .find(|g| g.key.as_deref() == Some("agent"))
+        .expect("agent usage");
+    // Every agent call is recorded once, except the one in flight at the crash (its reply was
+    // never checkpointed, so it was asked again).
+    let calls = model.agent_calls.load(Ordering::SeqCst) as u64;
+    assert_eq!(agent.calls, calls - 1, "{groups:?}");
+    let task = record(&engine, task_id).await;
+    assert!(task.metadata.usage_unwritten.is_empty());
+}

@@ -32,5 +32,10 @@ pub(crate) static TASKS: Migrations = Migrations {
             description: "parent",
             sql: include_str!("../migrations/0005_parent.sql"),
         },
+        Migration {
+            version: 6,
+            description: "usage record id",
+            sql: include_str!("../migrations/0006_usage_record_id.sql"),
+        },
     ],
 };

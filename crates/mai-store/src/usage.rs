@@ -1,5 +1,6 @@
-//! The `usage` table: one row per model call (migration 4; PostgreSQL: its version 2, written by
-//! `postgres/usage.rs` from the same rows). Rows are encoded on the caller's
+//! The `usage` table: one row per model call (migrations 4 and 6; PostgreSQL: its versions 2 and
+//! 5, written by `postgres/usage.rs` from the same rows), a record's id stored once (a record
+//! written again is skipped). Rows are encoded on the caller's
 //! thread ([`UsageRows`]) and appended inside whatever write carries them — usually a task's
 //! checkpoint, so recording usage costs no transaction of its own; sums are one grouped
 //! `SELECT` on a reader.
@@ -17,6 +18,7 @@ use crate::error::db;
 /// One usage record as column values.
 #[derive(Debug)]
 pub(crate) struct UsageRow {
+    pub(crate) record_id: String,
     pub(crate) at: String,
     pub(crate) day: String,
     pub(crate) task_id: Option<String>,
@@ -43,6 +45,7 @@ pub(crate) fn encode_usage(records: &[UsageRecord]) -> Vec<UsageRow> {
     records
         .iter()
         .map(|r| UsageRow {
+            record_id: r.id.simple().to_string(),
             at: time_text(r.at),
             day: r.day.format("%Y-%m-%d").to_string(),
             task_id: r.task_id.map(id_key),
@@ -62,7 +65,8 @@ pub(crate) fn encode_usage(records: &[UsageRecord]) -> Vec<UsageRow> {
         .collect()
 }
 
-/// Appends `rows` (inside the caller's transaction).
+/// Appends `rows` (inside the caller's transaction); a row whose record is stored already is
+/// skipped.
 pub(crate) fn insert_usage(
     connection: &Connection,
     rows: &[UsageRow],
@@ -75,7 +79,8 @@ pub(crate) fn insert_usage(
         .prepare_cached(
             "INSERT INTO usage (at, day, task_id, round, purpose, model, prompt_tokens, \
              completion_tokens, cached_tokens, estimated, latency_ms, owner, requester, \
-             stream_id, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             stream_id, cost, record_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
         )
         .map_err(db(doing))?;
     for row in rows {
@@ -96,6 +101,7 @@ pub(crate) fn insert_usage(
                 row.requester,
                 row.stream_id,
                 row.cost,
+                row.record_id,
             ])
             .map_err(db(doing))?;
     }

@@ -94,6 +94,7 @@ conformance!(
     an_update_on_one_instance_races_a_cancel_on_another_cleanly,
     usage_rides_on_a_checkpoint_and_sums_by_group_and_time,
     a_title_call_is_counted_with_its_task_and_also_when_the_task_is_refused,
+    a_usage_record_written_twice_is_stored_once,
 );
 
 async fn a_full_record_round_trips_exactly(b: Backend) {
@@ -764,6 +765,7 @@ fn usage_record(
 ) -> mai_core::usage::UsageRecord {
     let at = common::at(minute * 60);
     mai_core::usage::UsageRecord {
+        id: uuid::Uuid::new_v4(),
         at,
         day: at.date_naive(),
         task_id: task,
@@ -905,5 +907,37 @@ async fn a_title_call_is_counted_with_its_task_and_also_when_the_task_is_refused
         ),
         (2, 13, 3),
         "both title calls are counted"
+    );
+}
+
+async fn a_usage_record_written_twice_is_stored_once(b: Backend) {
+    use mai_core::usage::{UsagePurpose, UsageQuery};
+    let mut task = task("spent", 0);
+    b.store.insert(&task).await.unwrap();
+    let first = usage_record(Some(task.id), "m", UsagePurpose::Agent, (10, 2, 0), 1);
+    let second = usage_record(Some(task.id), "m", UsagePurpose::Agent, (20, 4, 0), 2);
+    // Carried in the task's record by a checkpoint, then written by recovery and once more by
+    // the run that resumed it: the same two records, and one of them twice in one write.
+    task.metadata.usage_unwritten = vec![first.clone(), second.clone()];
+    let history = [message(1, "round 1")];
+    b.store
+        .checkpoint(&task, Some(task.status), &history)
+        .await
+        .unwrap();
+    let carried = b.other.get(task.id).await.unwrap().unwrap();
+    assert_eq!(
+        carried.metadata.usage_unwritten,
+        [first.clone(), second.clone()]
+    );
+    b.store.record_usage(std::slice::from_ref(&first)).await.unwrap();
+    b.other
+        .record_usage(&[first.clone(), second.clone(), second])
+        .await
+        .unwrap();
+    let totals = b.other.usage(&UsageQuery::default()).await.unwrap();
+    assert_eq!(
+        (totals[0].calls, totals[0].prompt_tokens),
+        (2, 30),
+        "each record once"
     );
 }

@@ -84,7 +84,7 @@ async fn reopening_the_file_finds_the_data_again() {
         .map(|entry| entry.payload["content"].clone())
         .collect();
     assert_eq!(stored, ["a", "b"]);
-    assert_eq!(reopened.schema_version().await.unwrap(), 5);
+    assert_eq!(reopened.schema_version().await.unwrap(), 6);
 }
 
 #[tokio::test]
@@ -109,10 +109,10 @@ async fn the_pool_runs_with_wal_normal_sync_foreign_keys_and_a_busy_timeout() {
 #[tokio::test]
 async fn the_schema_version_is_the_newest_migration() {
     let fs = file_store().await;
-    assert_eq!(SqliteStore::latest_schema_version(), 5);
-    assert_eq!(fs.store.schema_version().await.unwrap(), 5);
+    assert_eq!(SqliteStore::latest_schema_version(), 6);
+    assert_eq!(fs.store.schema_version().await.unwrap(), 6);
     let memory = SqliteStore::open_in_memory().await.unwrap();
-    assert_eq!(memory.schema_version().await.unwrap(), 5);
+    assert_eq!(memory.schema_version().await.unwrap(), 6);
 }
 
 #[tokio::test]
@@ -134,7 +134,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     assert!(
         message.contains("schema version 7")
             && message.contains("newer")
-            && message.contains("(5)"),
+            && message.contains("(6)"),
         "{message}"
     );
     assert!(

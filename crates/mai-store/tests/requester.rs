@@ -196,7 +196,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
     drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 5);
+    assert_eq!(store.schema_version().await.unwrap(), 6);
     let of = |who: &str| TaskFilter {
         requester: Some(person(who)),
         ..TaskFilter::default()

@@ -68,6 +68,7 @@ async fn finished_tasks_older_than_the_cutoff_are_deleted_with_their_history() {
 
 fn usage_of(task: &TaskRecord, prompt: u64) -> mai_core::usage::UsageRecord {
     mai_core::usage::UsageRecord {
+        id: uuid::Uuid::new_v4(),
         at: at(50),
         day: at(50).date_naive(),
         task_id: Some(task.id),

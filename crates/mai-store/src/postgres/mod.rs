@@ -62,6 +62,11 @@ static TASKS: Migrations = Migrations {
             description: "parent",
             sql: include_str!("../../migrations/postgres/0004_parent.sql"),
         },
+        Migration {
+            version: 5,
+            description: "usage record id",
+            sql: include_str!("../../migrations/postgres/0005_usage_record_id.sql"),
+        },
     ],
 };
 

@@ -11,7 +11,8 @@ use crate::codec::{id_key, time_text};
 use crate::error::pg;
 use crate::usage::{UsageRow, group_column, pretty_task_key};
 
-/// Appends `rows` (inside the caller's transaction).
+/// Appends `rows` (inside the caller's transaction); a row whose record is stored already is
+/// skipped.
 pub(crate) async fn insert_usage(
     connection: &mut PgConnection,
     rows: &[UsageRow],
@@ -23,7 +24,7 @@ pub(crate) async fn insert_usage(
     let mut insert = QueryBuilder::new(
         "INSERT INTO usage (at, day, task_id, round, purpose, model, prompt_tokens, \
          completion_tokens, cached_tokens, estimated, latency_ms, owner, requester, stream_id, \
-         cost) ",
+         cost, record_id) ",
     );
     insert.push_values(rows, |mut values, row| {
         values
@@ -41,8 +42,10 @@ pub(crate) async fn insert_usage(
             .push_bind(&row.owner)
             .push_bind(&row.requester)
             .push_bind(&row.stream_id)
-            .push_bind(row.cost);
+            .push_bind(row.cost)
+            .push_bind(&row.record_id);
     });
+    insert.push(" ON CONFLICT DO NOTHING");
     insert
         .build()
         .execute(&mut *connection)
