@@ -887,6 +887,14 @@ async fn a_task_on_an_instance_without_the_bridge_reads_asks_and_answers_through
         return;
     };
     let _dump = DumpOnPanic(vec![on.a.log.clone(), on.b.log.clone()]);
+    // b has no bridge of its own but reaches a's: up, not degraded.
+    let health = reqwest::get(format!("{}/v1/health", on.b.base))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let health: Value = health.json().await.unwrap();
+    assert_eq!(health["bridge"]["state"], "elsewhere", "{health}");
+    assert_eq!(health["bridge"]["via"], "a", "{health}");
     let id = on.create_on_b("read the chat then ask me a colour").await;
     // The history read and the question reach MaiBot through a's bridge.
     let question = on.plugin.serve_until(send_of("which colour")).await;

@@ -929,7 +929,10 @@ async fn a_usage_record_written_twice_is_stored_once(b: Backend) {
         carried.metadata.usage_unwritten,
         [first.clone(), second.clone()]
     );
-    b.store.record_usage(std::slice::from_ref(&first)).await.unwrap();
+    b.store
+        .record_usage(std::slice::from_ref(&first))
+        .await
+        .unwrap();
     b.other
         .record_usage(&[first.clone(), second.clone(), second])
         .await

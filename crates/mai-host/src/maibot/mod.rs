@@ -184,6 +184,15 @@ impl MaiBotHost {
         self.slot.status()
     }
 
+    /// The other instance whose bridge this one's requests go through now: `None` while a
+    /// bridge is connected here, on a database not shared, or when no instance holds one.
+    pub async fn bridge_elsewhere(&self) -> Option<String> {
+        match &self.relay {
+            Some(relay) if !self.slot.connected() => relay.holder().await,
+            _ => None,
+        }
+    }
+
     /// How many message parts are held, waiting for a bridge.
     pub fn held(&self) -> tokio::sync::watch::Receiver<usize> {
         self.slot.held()

@@ -115,23 +115,29 @@ impl Relay {
     /// Whether another instance holds a bridge now (its lease is live). A database that cannot
     /// say is taken as "no" (logged): the caller holds its part until a notice or its deadline.
     pub(super) async fn holder_elsewhere(&self) -> bool {
-        let live: Result<bool, _> = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM host_bridge_holders \
-             WHERE instance <> $1 AND lease_until > now())",
+        self.holder().await.is_some()
+    }
+
+    /// The other instance holding a bridge now (the one renewed last), if any; `None` too when
+    /// the database cannot say (logged).
+    pub(super) async fn holder(&self) -> Option<String> {
+        let holder: Result<Option<String>, _> = sqlx::query_scalar(
+            "SELECT instance FROM host_bridge_holders \
+             WHERE instance <> $1 AND lease_until > now() ORDER BY lease_until DESC LIMIT 1",
         )
         .bind(&self.config.instance)
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await;
-        match live {
-            Ok(live) => {
-                if live {
+        match holder {
+            Ok(holder) => {
+                if holder.is_some() {
                     self.saw_holder();
                 }
-                live
+                holder
             }
             Err(error) => {
                 tracing::warn!(%error, "could not read which instance holds the MaiBot bridge");
-                false
+                None
             }
         }
     }
