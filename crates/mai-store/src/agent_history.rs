@@ -1,5 +1,9 @@
 //! Appending to a task's agent history inside a write transaction (on the writer's thread):
 //! entries are numbered on from the stored maximum.
+//!
+//! A task's entries are one key range of the `task_history` table: the key (its rowid) is the
+//! task's number (`tasks.num`) shifted left by 32 bits, plus the entry's sequence number, so
+//! appending an entry writes one page at the end of its task's range (migration 7).
 
 use mai_core::store::{NewHistoryEntry, StoreError};
 use mai_core::task::TaskId;
@@ -36,11 +40,26 @@ pub(crate) fn encode_history(
         .collect()
 }
 
-/// Appends `rows` numbered from `first_seq` (the stored maximum + 1).
+/// Where a task's next history entry goes: its number and the entry's sequence number.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HistoryAt {
+    num: i64,
+    seq: i64,
+}
+
+impl HistoryAt {
+    /// After the entry with key `last` (none: the task has no history yet) of task `num`.
+    pub(crate) fn after(num: i64, last: Option<i64>) -> Self {
+        let seq = last.map_or(0, |key| (key & 0xFFFF_FFFF) + 1);
+        HistoryAt { num, seq }
+    }
+}
+
+/// Appends `rows` numbered on from `at`.
 pub(crate) fn insert_history(
     connection: &Connection,
-    key: &str,
-    first_seq: i64,
+    task: &str,
+    at: HistoryAt,
     rows: &[HistoryRow],
     doing: &'static str,
 ) -> Result<(), StoreError> {
@@ -49,13 +68,22 @@ pub(crate) fn insert_history(
     }
     let mut insert = connection
         .prepare_cached(
-            "INSERT INTO task_history (task_id, seq, round, kind, payload, at) \
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO task_history (key, task_id, seq, round, kind, payload, at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .map_err(db(doing))?;
-    for (seq, row) in (first_seq..).zip(rows) {
+    for (seq, row) in (at.seq..).zip(rows) {
+        let key = (at.num << 32) | seq;
         insert
-            .execute(params![key, seq, row.round, row.kind, row.payload, row.at])
+            .execute(params![
+                key,
+                task,
+                seq,
+                row.round,
+                row.kind,
+                row.payload,
+                row.at
+            ])
             .map_err(db(doing))?;
     }
     Ok(())

@@ -386,10 +386,14 @@ pub(crate) fn read_history(
     let Ok(from_seq) = i64::try_from(from_seq) else {
         return Ok(Vec::new());
     };
+    if from_seq > 0xFFFF_FFFF {
+        return Ok(Vec::new());
+    }
     let mut select = connection
         .prepare_cached(
-            "SELECT seq, round, kind, payload, at FROM task_history \
-             WHERE task_id = ? AND seq >= ? ORDER BY seq",
+            "SELECT h.seq, h.round, h.kind, h.payload, h.at FROM tasks t, task_history h \
+             WHERE t.id = ?1 AND h.key >= ((t.num << 32) | ?2) AND h.key < ((t.num + 1) << 32) \
+             ORDER BY h.key",
         )
         .map_err(db(DOING))?;
     let rows = select

@@ -37,5 +37,10 @@ pub(crate) static TASKS: Migrations = Migrations {
             description: "usage record id",
             sql: include_str!("../migrations/0006_usage_record_id.sql"),
         },
+        Migration {
+            version: 7,
+            description: "history key",
+            sql: include_str!("../migrations/0007_history_key.sql"),
+        },
     ],
 };

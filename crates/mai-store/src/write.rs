@@ -11,19 +11,23 @@ use mai_core::store::{Change, SaveOutcome, StoreError, TaskWrite};
 use mai_core::task::{TaskId, TaskRecord, TaskStatus};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::agent_history::{HistoryRow, encode_history, insert_history};
+use crate::agent_history::{HistoryAt, HistoryRow, encode_history, insert_history};
 use crate::codec::{LogLine, TaskRow, parse_status};
 use crate::error::{db, is_unique_violation};
 use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
 
 /// What a save needs after its update: the stored status-log tail as JSON `[seq, at, status,
-/// actor, reason]` (NULL when empty) and the next history number. A separate statement, not a
-/// `RETURNING` clause: SQLite buffers returned rows in a temporary b-tree it opens and frees on
-/// every update, which cost more than this second lookup.
+/// actor, reason]` (NULL when empty), the task's number (its history's key range, see
+/// `agent_history`) and the last history key. A separate statement, not a `RETURNING` clause:
+/// SQLite buffers returned rows in a temporary b-tree it opens and frees on every update, which
+/// cost more than this second lookup.
 const SELECT_TAILS: &str = "SELECT \
      (SELECT json_array(l.seq, l.at, l.status, l.actor, l.reason) \
       FROM task_status_log l WHERE l.task_id = ?1 ORDER BY l.seq DESC LIMIT 1), \
-     (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h WHERE h.task_id = ?1)";
+     t.num, \
+     (SELECT h.key FROM task_history h WHERE h.key >= (t.num << 32) \
+      AND h.key < ((t.num + 1) << 32) ORDER BY h.key DESC LIMIT 1) \
+     FROM tasks t WHERE t.id = ?1";
 
 /// The common write (a checkpoint within one status): only columns no index covers change, so
 /// SQLite rewrites no index entry. It matches only if every indexed column, the status
@@ -60,7 +64,7 @@ const UPDATE_ALL_IF_STATUS: &str = update_all!(" AND status = ?");
 const UPDATE_ALL: &str = update_all!("");
 
 /// The row of [`SELECT_TAILS`].
-type Tails = (Option<String>, i64);
+type Tails = (Option<String>, i64, Option<i64>);
 
 /// Why a group of writes wrote nothing.
 #[derive(Debug)]
@@ -204,8 +208,9 @@ fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<
     let inserted = connection
         .prepare_cached(
             "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
-             record, requester, created_by, parent_id, id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             record, requester, created_by, parent_id, num, id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, \
+             (SELECT COALESCE(MAX(num), 0) + 1 FROM tasks), ?)",
         )
         .and_then(|mut insert| {
             insert.execute(params![
@@ -285,13 +290,16 @@ fn save_in(
             Some(actual) => conflict(actual),
         };
     }
-    let (log_tail, next_history_seq): Tails = connection
+    let (log_tail, num, last_key): Tails = connection
         .prepare_cached(SELECT_TAILS)
-        .and_then(|mut select| select.query_row([&row.id], |r| Ok((r.get(0)?, r.get(1)?))))
+        .and_then(|mut select| {
+            select.query_row([&row.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        })
         .map_err(db(doing))?;
+    let history_at = HistoryAt::after(num, last_key);
     let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
     append_new_log_lines(connection, &row.id, tail, &save.log, doing)?;
-    insert_history(connection, &row.id, next_history_seq, &save.history, doing)?;
+    insert_history(connection, &row.id, history_at, &save.history, doing)?;
     Ok(None)
 }
 
@@ -397,15 +405,26 @@ pub(crate) fn append_history(
     doing: &'static str,
 ) -> Result<(), StoreError> {
     let key = crate::codec::id_key(id);
-    let next_seq: Option<i64> = connection
+    let tail: Option<(i64, Option<i64>)> = connection
         .prepare_cached(
-            "SELECT (SELECT COALESCE(MAX(h.seq) + 1, 0) FROM task_history h \
-             WHERE h.task_id = tasks.id) FROM tasks WHERE id = ?",
+            "SELECT t.num, (SELECT h.key FROM task_history h WHERE h.key >= (t.num << 32) \
+             AND h.key < ((t.num + 1) << 32) ORDER BY h.key DESC LIMIT 1) \
+             FROM tasks t WHERE t.id = ?",
         )
-        .and_then(|mut select| select.query_row([&key], |r| r.get(0)).optional())
+        .and_then(|mut select| {
+            select
+                .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
         .map_err(db(doing))?;
-    let Some(next_seq) = next_seq else {
+    let Some((num, last_key)) = tail else {
         return Err(StoreError::NotFound(id));
     };
-    insert_history(connection, &key, next_seq, history, doing)
+    insert_history(
+        connection,
+        &key,
+        HistoryAt::after(num, last_key),
+        history,
+        doing,
+    )
 }

@@ -84,7 +84,7 @@ async fn reopening_the_file_finds_the_data_again() {
         .map(|entry| entry.payload["content"].clone())
         .collect();
     assert_eq!(stored, ["a", "b"]);
-    assert_eq!(reopened.schema_version().await.unwrap(), 6);
+    assert_eq!(reopened.schema_version().await.unwrap(), 7);
 }
 
 #[tokio::test]
@@ -109,10 +109,10 @@ async fn the_pool_runs_with_wal_normal_sync_foreign_keys_and_a_busy_timeout() {
 #[tokio::test]
 async fn the_schema_version_is_the_newest_migration() {
     let fs = file_store().await;
-    assert_eq!(SqliteStore::latest_schema_version(), 6);
-    assert_eq!(fs.store.schema_version().await.unwrap(), 6);
+    assert_eq!(SqliteStore::latest_schema_version(), 7);
+    assert_eq!(fs.store.schema_version().await.unwrap(), 7);
     let memory = SqliteStore::open_in_memory().await.unwrap();
-    assert_eq!(memory.schema_version().await.unwrap(), 6);
+    assert_eq!(memory.schema_version().await.unwrap(), 7);
 }
 
 #[tokio::test]
@@ -124,7 +124,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
     conn.execute_batch(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (7, 'from the future', 1, x'00', 0)",
+         VALUES (8, 'from the future', 1, x'00', 0)",
     )
     .unwrap();
     drop(conn);
@@ -132,9 +132,9 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     let error = SqliteStore::open(fs.path()).await.unwrap_err();
     let message = error.to_string();
     assert!(
-        message.contains("schema version 7")
+        message.contains("schema version 8")
             && message.contains("newer")
-            && message.contains("(6)"),
+            && message.contains("(7)"),
         "{message}"
     );
     assert!(
@@ -234,4 +234,84 @@ async fn long_logs_and_histories_are_stored_whole() {
             .enumerate()
             .all(|(n, entry)| entry.seq == n as u64 && entry.payload["content"] == format!("m{n}"))
     );
+}
+
+#[tokio::test]
+async fn an_upgraded_store_keys_each_task_history_by_its_task_and_deletes_it_with_the_task() {
+    let fs = file_store().await;
+    let (a, b) = (task("a", 0), task("b", 1));
+    for record in [&a, &b] {
+        fs.store.insert(record).await.unwrap();
+    }
+    // Interleaved appends, as two running tasks make them.
+    for (record, text) in [(&a, "a0"), (&b, "b0"), (&a, "a1"), (&b, "b1")] {
+        fs.store
+            .append_history(record.id, &[common::message(1, text)])
+            .await
+            .unwrap();
+    }
+    fs.store.close().await;
+    // Back to schema version 6: the history keyed by (task_id, seq), no task numbers.
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER task_history_goes_with_its_task;
+         CREATE TABLE old_history (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+             seq INTEGER NOT NULL, round INTEGER NOT NULL, kind TEXT NOT NULL,
+             payload TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (task_id, seq)) STRICT;
+         INSERT INTO old_history SELECT task_id, seq, round, kind, payload, at FROM task_history;
+         DROP TABLE task_history;
+         ALTER TABLE old_history RENAME TO task_history;
+         DROP INDEX tasks_by_num;
+         ALTER TABLE tasks DROP COLUMN num;
+         DELETE FROM _sqlx_migrations WHERE version >= 7;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(fs.path()).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 7);
+    store
+        .append_history(a.id, &[common::message(2, "a2")])
+        .await
+        .unwrap();
+    let texts = |entries: Vec<mai_core::store::HistoryEntry>| -> Vec<(u64, String)> {
+        entries
+            .into_iter()
+            .map(|e| (e.seq, e.payload["content"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        texts(store.history(a.id, 0).await.unwrap()),
+        [(0, "a0".into()), (1, "a1".into()), (2, "a2".into())]
+    );
+    assert_eq!(
+        texts(store.history(b.id, 1).await.unwrap()),
+        [(1, "b1".into())]
+    );
+    // A task inserted after the upgrade numbers on from the others.
+    let c = task("c", 2);
+    store.insert(&c).await.unwrap();
+    store
+        .append_history(c.id, &[common::message(1, "c0")])
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(store.history(c.id, 0).await.unwrap()),
+        [(0, "c0".into())]
+    );
+    store.close().await;
+
+    // Deleting a task deletes its history and nobody else's.
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    let key = a.id.0.simple().to_string();
+    conn.execute("DELETE FROM tasks WHERE id = ?", [&key])
+        .unwrap();
+    let left: Vec<String> = conn
+        .prepare("SELECT json_extract(payload, '$.content') FROM task_history ORDER BY key")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(left, ["b0", "b1", "c0"]);
 }

@@ -176,10 +176,17 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
         fs.store.insert(&record).await.unwrap();
     }
     fs.store.close().await;
-    // Back to schema version 2: the columns, the usage table and the record of their
-    // migrations gone.
+    // Back to schema version 2: the columns, the usage table, the keyed history and the record
+    // of their migrations gone.
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
     for statement in [
+        "DROP TRIGGER task_history_goes_with_its_task",
+        "DROP TABLE task_history",
+        "CREATE TABLE task_history (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE \
+         CASCADE, seq INTEGER NOT NULL, round INTEGER NOT NULL, kind TEXT NOT NULL, payload TEXT \
+         NOT NULL, at TEXT NOT NULL, PRIMARY KEY (task_id, seq)) STRICT",
+        "DROP INDEX tasks_by_num",
+        "ALTER TABLE tasks DROP COLUMN num",
         "DROP INDEX tasks_by_parent",
         "ALTER TABLE tasks DROP COLUMN parent_id",
         "DROP TABLE usage",
@@ -196,7 +203,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
     drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 6);
+    assert_eq!(store.schema_version().await.unwrap(), 7);
     let of = |who: &str| TaskFilter {
         requester: Some(person(who)),
         ..TaskFilter::default()
