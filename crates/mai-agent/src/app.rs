@@ -1,7 +1,8 @@
 //! Wiring: the store, embedded host, model, registry and engine a command runs with, built from
 //! settings — the same way for every command, so `tools` shows what `run` uses. Only `serve`
 //! (which serves the bridge's WebSocket) puts the MaiBot host in front of the engine when
-//! `[host] kind = "maibot"`; every other command keeps the embedded host.
+//! `[host] kind = "maibot"` (on PostgreSQL, one that reaches the bridge of another instance
+//! through the database); every other command keeps the embedded host.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,12 +15,13 @@ use mai_core::model::ChatModel;
 use mai_core::tool::ToolRegistry;
 use mai_engine::Prompts;
 use mai_engine::{Engine, EngineDeps};
-use mai_host::{EmbeddedConfig, EmbeddedHost, MaiBotConfig, MaiBotHost};
+use mai_host::{EmbeddedConfig, EmbeddedHost, MaiBotConfig, MaiBotHost, RelayConfig};
 use mai_llm::{OpenAiClient, ReplayModel};
 use mai_mcp::fetch::{FETCH, FetchOptions, Fetcher, SystemResolver, fetch_tool};
 use mai_mcp::{ManagerOptions, McpManager, apply_to_registry};
 use mai_server::metrics::Metrics;
-use mai_store::{Storage, Store};
+use mai_store::sqlx::PgPool;
+use mai_store::{Backend, Storage, Store};
 
 use crate::settings::Settings;
 
@@ -77,6 +79,10 @@ async fn build_with(
         .await
         .with_context(|| format!("cannot open the task database ({})", location.describe()))?;
     let store = storage.store;
+    let shared_pool = match &storage.host {
+        Backend::Postgres(pool) => Some(pool.clone()),
+        Backend::Sqlite(_) => None,
+    };
     let host = Arc::new(
         EmbeddedHost::on(storage.host, EmbeddedConfig::default())
             .await
@@ -103,8 +109,11 @@ async fn build_with(
             .with_context(|| format!("cannot load prompt templates from {}", dir.display()))?,
         None => Prompts::embedded(),
     };
-    let bridge = (serving && settings.config.host.kind == HostKind::Maibot)
-        .then(|| MaiBotHost::new(MaiBotConfig::from_config(&settings.config.host)));
+    let bridge = if serving && settings.config.host.kind == HostKind::Maibot {
+        Some(maibot_host(settings, shared_pool).await?)
+    } else {
+        None
+    };
     let engine_host: Arc<dyn Host> = match &bridge {
         Some(bridge) => Arc::new(bridge.clone()),
         None => host.clone(),
@@ -128,6 +137,22 @@ async fn build_with(
         mcp,
         store,
     })
+}
+
+/// The MaiBot host of `serve`; on a PostgreSQL database (`pool`), one that routes requests to
+/// the instance holding the bridge while none is connected here.
+async fn maibot_host(settings: &Settings, pool: Option<PgPool>) -> Result<MaiBotHost> {
+    let config = MaiBotConfig::from_config(&settings.config.host);
+    let Some(pool) = pool else {
+        return Ok(MaiBotHost::new(config));
+    };
+    let terms = settings.config.lease_terms()?;
+    let relay = RelayConfig {
+        instance: mai_engine::instance_id(&settings.config),
+        lease: terms.lease,
+        heartbeat: terms.heartbeat,
+    };
+    Ok(MaiBotHost::shared(config, pool, relay).await?)
 }
 
 /// Starts the configured MCP servers (concurrently, each within its budget; a failing one is

@@ -8,7 +8,10 @@
 //! cluster-wide cap of one, tasks created through both instances run one at a time, and all
 //! complete; with the database stopped for 10 s mid-load, both instances stay up and say so
 //! (health 503, creates refused with 503, a log line), then finish every task, no checkpointed
-//! tool call run again.
+//! tool call run again; a task running on an instance without MaiBot's bridge reads the chat,
+//! asks and answers through the instance holding it, and a part whose bridge instance is killed
+//! mid-send reaches the chat once (a fake plugin speaks the bridge protocol over a loopback
+//! WebSocket).
 //!
 //! Leases are short (`lease_secs = 2`, `heartbeat_secs = 1`). The test waits on events, never on
 //! a clock: it LISTENs on the database's `mai_tasks` channel (the instances' own wake-ups) and
@@ -966,4 +969,370 @@ async fn a_task_created_and_paused_through_one_instance_shows_live_on_the_others
     assert_eq!(paused.status(), 200);
     let change = next_change(&mut on_a, &id).await;
     assert_eq!(change["status"], "paused", "{change}");
+}
+
+/// A stand-in for MaiBot's plugin on a loopback WebSocket, speaking the bridge protocol
+/// (docs/bridge-protocol.md): hello, then answers to mai-agent's requests. It remembers the part
+/// ids it sent across its connections, as the plugin does, and drops a part sent already.
+struct FakePlugin {
+    socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    /// `(part_id, text)` of every part that reached the chat, in order.
+    chat: Vec<(String, String)>,
+    /// The part id of every `send_text` request received, duplicates included.
+    send_requests: Vec<String>,
+}
+
+impl FakePlugin {
+    /// Connects to `served`'s bridge.
+    async fn connect(served: &Served) -> FakePlugin {
+        let mut plugin = FakePlugin {
+            socket: FakePlugin::open(served).await,
+            chat: Vec::new(),
+            send_requests: Vec::new(),
+        };
+        plugin.hello().await;
+        plugin
+    }
+
+    /// Connects again, to `served` (what the plugin does when its bridge closed); it keeps
+    /// what it sent.
+    async fn reconnect(&mut self, served: &Served) {
+        self.socket = FakePlugin::open(served).await;
+        self.hello().await;
+    }
+
+    async fn open(
+        served: &Served,
+    ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>
+    {
+        let url = format!("{}/v1/bridge", served.base.replace("http://", "ws://"));
+        tokio_tungstenite::connect_async(url).await.unwrap().0
+    }
+
+    async fn hello(&mut self) {
+        use tokio_tungstenite::tungstenite::Message;
+        let hello = json!({"id": "hello", "method": "hello", "params": {"plugin_version": "test"}});
+        self.socket
+            .send(Message::text(hello.to_string()))
+            .await
+            .unwrap();
+        let answer = self.next_frame().await;
+        assert_eq!(answer["id"], "hello", "{answer}");
+    }
+
+    async fn next_frame(&mut self) -> Value {
+        use tokio_tungstenite::tungstenite::Message;
+        let frame = tokio::time::timeout(Duration::from_secs(90), async {
+            loop {
+                match self
+                    .socket
+                    .next()
+                    .await
+                    .expect("the bridge stays open")
+                    .unwrap()
+                {
+                    Message::Text(text) => return text,
+                    _ => continue,
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "mai-agent sent nothing more over the bridge (parts asked so far: {:?})",
+                self.send_requests
+            )
+        });
+        serde_json::from_str(&frame).unwrap()
+    }
+
+    /// Answers requests as the plugin would until one that `stop` picks, which is returned
+    /// unanswered.
+    async fn serve_until(&mut self, stop: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let request = self.next_frame().await;
+            if request["method"] == "send_text" {
+                let part = request["params"]["part_id"].as_str().unwrap().to_owned();
+                self.send_requests.push(part);
+            }
+            if stop(&request) {
+                return request;
+            }
+            self.answer(&request).await;
+        }
+    }
+
+    /// The plugin's answer: a part is sent unless its id was; a chat's history is one line;
+    /// anything else is a capability this plugin lacks.
+    async fn answer(&mut self, request: &Value) {
+        use tokio_tungstenite::tungstenite::Message;
+        let params = &request["params"];
+        let outcome = match request["method"].as_str().unwrap() {
+            "send_text" => {
+                let part = params["part_id"].as_str().unwrap().to_owned();
+                if self.chat.iter().any(|(sent, _)| *sent == part) {
+                    json!({"result": {"sent": true, "duplicate": true}})
+                } else {
+                    let text = params["text"].as_str().unwrap().to_owned();
+                    self.chat.push((part, text));
+                    json!({"result": {"sent": true}})
+                }
+            }
+            "recent_messages" => json!({"result": [
+                {"sender": "Ann", "text": "the sky is teal today", "at": "2026-01-02T03:04:05Z"}
+            ]}),
+            "ping" => json!({"result": "pong"}),
+            other => json!({"error": {"code": "unsupported", "message": format!("no {other}")}}),
+        };
+        let mut frame = outcome;
+        frame["id"] = request["id"].clone();
+        self.socket
+            .send(Message::text(frame.to_string()))
+            .await
+            .unwrap();
+    }
+
+    /// The parts the chat received whose text contains `text`.
+    fn received(&self, text: &str) -> Vec<&(String, String)> {
+        self.chat.iter().filter(|(_, t)| t.contains(text)).collect()
+    }
+}
+
+/// A `send_text` request whose text contains `text`.
+fn send_of(text: &'static str) -> impl Fn(&Value) -> bool {
+    move |request| {
+        request["method"] == "send_text"
+            && request["params"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(text))
+    }
+}
+
+/// Reads the chat's history, asks, then answers with both.
+fn read_ask_then_answer(results: usize, body: &Value) -> Value {
+    match results {
+        0 => tool_call("h0", "fetch_history", json!({"limit": 5})),
+        1 => tool_call("q0", "ask_user", json!({"question": "which colour?"})),
+        _ => answer(&format!("you said {}", last_tool_result(body))),
+    }
+}
+
+/// Two MaiBot instances on one database: `a` (one task slot, kept busy by a task whose model
+/// call never returns, so it runs nothing else) and `b`, which runs every task made after;
+/// the plugin's bridge is connected to `a`, and the database names `a` the holder.
+struct BridgeCluster {
+    cluster: Cluster,
+    a: Served,
+    b: Served,
+    plugin: FakePlugin,
+    model: MockServer,
+    data: tempfile::TempDir,
+}
+
+impl BridgeCluster {
+    async fn start(steps: fn(usize, &Value) -> Value) -> Option<BridgeCluster> {
+        // Extends `[permission]` (the person may make tasks), then the MaiBot host.
+        let extra = "users = [\"qq:1001\"]\n[host]\nkind = \"maibot\"\nrequest_timeout_secs = 3\n";
+        let mut cluster = Cluster::start(extra).await?;
+        cluster.listener.listen("mai_bridge").await.unwrap();
+        let (model, calls) = model(steps, Some(0)).await;
+        let data = tempfile::tempdir().unwrap();
+        let a = serve_a(&cluster, &model, data.path());
+        let client = reqwest::Client::new();
+        create_console_task(&client, &a.base, "keep instance a busy").await;
+        calls.wait_past(0).await;
+        let b = cluster.serve("b", &model, data.path());
+        let plugin = FakePlugin::connect(&a).await;
+        cluster.wait_holder("a").await;
+        Some(BridgeCluster {
+            cluster,
+            a,
+            b,
+            plugin,
+            model,
+            data,
+        })
+    }
+
+    /// Instance `a` killed (SIGKILL) and started again on its data directory.
+    fn restart_a(&mut self) {
+        self.a.child.kill().unwrap();
+        self.a.child.wait().unwrap();
+        self.a = serve_a(&self.cluster, &self.model, self.data.path());
+    }
+
+    /// Creates a task in MaiBot chat `session-1` through instance `b`, for person qq:1001.
+    async fn create_on_b(&self, intent: &str) -> String {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/tasks", self.b.base))
+            .json(
+                &json!({"intent": intent, "stream_id": "session-1", "platform": "qq",
+                          "user_id": "1001"}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let body: Value = response.json().await.unwrap();
+        body["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{body}"))
+            .to_owned()
+    }
+}
+
+/// Instance `a`: one task slot.
+fn serve_a(cluster: &Cluster, model: &MockServer, data: &std::path::Path) -> Served {
+    let mut command = serve_command(&data.join("a"), model, Some(&cluster.config));
+    command
+        .env("MAI_AGENT__SERVER__INSTANCE_ID", "a")
+        .env("MAI_AGENT__TASK__MAX_CONCURRENT_TASKS", "1")
+        .env("MAI_AGENT_LOG", "info");
+    Served::start(command)
+}
+
+impl Cluster {
+    /// Waits until the database names `instance` as holding a MaiBot bridge (needs a LISTEN on
+    /// `mai_bridge`, where holders announce themselves).
+    async fn wait_holder(&mut self, instance: &str) {
+        let held = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let holders: Vec<String> =
+                    sqlx::query_scalar("SELECT instance FROM host_bridge_holders")
+                        .fetch_all(&self.pool)
+                        .await
+                        .unwrap();
+                if holders.iter().any(|h| h == instance) {
+                    return;
+                }
+                self.listener.recv().await.unwrap();
+            }
+        })
+        .await;
+        assert!(held.is_ok(), "instance {instance} never held the bridge");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_an_instance_without_the_bridge_reads_asks_and_answers_through_the_one_holding_it()
+ {
+    let Some(mut on) = BridgeCluster::start(read_ask_then_answer).await else {
+        return;
+    };
+    let _dump = DumpOnPanic(vec![on.a.log.clone(), on.b.log.clone()]);
+    // b has no bridge of its own but reaches a's: up, not degraded.
+    let health = reqwest::get(format!("{}/v1/health", on.b.base))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let health: Value = health.json().await.unwrap();
+    assert_eq!(health["bridge"]["state"], "elsewhere", "{health}");
+    assert_eq!(health["bridge"]["via"], "a", "{health}");
+    let id = on.create_on_b("read the chat then ask me a colour").await;
+    // The history read and the question reach MaiBot through a's bridge.
+    let question = on.plugin.serve_until(send_of("which colour")).await;
+    on.plugin.answer(&question).await;
+    assert_eq!(on.cluster.runner(&id).await, "b");
+    let read: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM task_history WHERE task_id = $1 \
+         AND payload LIKE '%the sky is teal today%'",
+    )
+    .bind(id.replace('-', ""))
+    .fetch_one(&on.cluster.pool)
+    .await
+    .unwrap();
+    assert!(
+        read > 0,
+        "the chat's history, read through a, reached b's task"
+    );
+
+    // The person answers in the chat at once (b's run may still be ending) and MaiBot hands
+    // the message to a, which records the answer; a has no free slot: b takes the task up.
+    let answered: Value = reqwest::Client::new()
+        .post(format!("{}/v1/messages", on.a.base))
+        .json(
+            &json!({"platform": "qq", "stream_id": "session-1", "user_id": "1001",
+                      "sender_name": "Ann", "text": "teal", "message_id": "m1"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answered["outcome"], "answered", "{answered}");
+    let reply = on.plugin.serve_until(send_of("you said")).await;
+    on.plugin.answer(&reply).await;
+    on.cluster.wait_status(&id, "completed").await;
+    assert_eq!(on.plugin.received("which colour").len(), 1);
+    assert_eq!(on.plugin.received("you said").len(), 1);
+    assert!(on.plugin.received("you said")[0].1.contains("teal"));
+    let mut requested = on.plugin.send_requests.clone();
+    requested.sort();
+    requested.dedup();
+    assert_eq!(
+        requested.len(),
+        on.plugin.send_requests.len(),
+        "each part was asked of MaiBot once: {:?}",
+        on.plugin.send_requests
+    );
+}
+
+/// A task on `b` sends a part through `a`; MaiBot sends it, but `a` is killed before the answer
+/// gets back. The plugin reconnects — to `b`, or to `a` started again — and is asked the part
+/// again with the same id, which it drops: the chat has it once.
+async fn killed_mid_send(reconnect_to_b: bool) {
+    let Some(mut on) = BridgeCluster::start(answer_at_once).await else {
+        return;
+    };
+    let _dump = DumpOnPanic(vec![on.a.log.clone(), on.b.log.clone()]);
+    let id = on.create_on_b("say something").await;
+    let in_chat = |r: &Value| r["method"] == "send_text" && r["params"]["stream_id"] == "session-1";
+    let send = on.plugin.serve_until(in_chat).await;
+    let part = send["params"]["part_id"].as_str().unwrap().to_owned();
+    let text = send["params"]["text"].as_str().unwrap().to_owned();
+    on.plugin.chat.push((part.clone(), text));
+    if reconnect_to_b {
+        on.a.child.kill().unwrap();
+        on.a.child.wait().unwrap();
+        on.plugin.reconnect(&on.b).await;
+    } else {
+        on.restart_a();
+        on.plugin.reconnect(&on.a).await;
+    }
+    // (The instances also take up a's own task and answer it in a's console chat: skipped.)
+    let again = on.plugin.serve_until(in_chat).await;
+    assert_eq!(again["params"]["part_id"], part.as_str());
+    on.plugin.answer(&again).await;
+    on.cluster.wait_status(&id, "completed").await;
+    let ours: Vec<_> = on.plugin.chat.iter().filter(|(p, _)| *p == part).collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "the chat got the part once: {:?}",
+        on.plugin.chat
+    );
+    let asked = on
+        .plugin
+        .send_requests
+        .iter()
+        .filter(|p| **p == part)
+        .count();
+    assert_eq!(
+        asked, 2,
+        "asked through a, then again through the next bridge"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_whose_bridge_instance_was_killed_mid_send_reaches_the_chat_once_through_a_bridge_on_the_task_s_instance()
+ {
+    killed_mid_send(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_whose_bridge_instance_was_killed_mid_send_reaches_the_chat_once_through_that_instance_restarted()
+ {
+    killed_mid_send(false).await;
 }

@@ -289,21 +289,23 @@ impl Engine {
 
     /// Reads a task another instance changed and takes it up here (unless it runs here: the run
     /// knows best). Under a cluster-wide cap, a task that left `running` — here or anywhere —
-    /// frees a slot of the cluster: the tasks parked for one try their claims again.
+    /// frees a slot of the cluster: the tasks parked for one try their claims again. A run that
+    /// is ending may have been overtaken — its question answered through another instance
+    /// before it finished sending it: a task pending or waiting again is queued to be looked at
+    /// once the run's slot is freed (the claim sorts out who runs it).
     async fn follow(&self, id: TaskId) -> Result<(), EngineError> {
-        let here = self.schedule.control(id).is_some();
-        let capped = self.cluster_cap().is_some();
-        if here && !capped {
-            return Ok(());
-        }
+        let runs_here = self.schedule.control(id).is_some();
         let task = self.store.get(id).await?;
-        if capped && task.as_ref().is_none_or(left_running) {
+        if self.cluster_cap().is_some() && task.as_ref().is_none_or(left_running) {
             self.schedule.cluster_slot_freed();
         }
-        if here {
-            return Ok(());
-        }
         match task {
+            Some(task) if runs_here => {
+                if matches!(task.status, TaskStatus::Pending | TaskStatus::WaitingInput) {
+                    self.schedule.queue(id, task.priority);
+                }
+                Ok(())
+            }
             Some(task) => {
                 // What another instance did shows on this one's event stream too.
                 self.emit(TaskEvent::Changed {
@@ -312,6 +314,7 @@ impl Engine {
                 });
                 self.take_up(task, Taking::Notice).await
             }
+            None if runs_here => Ok(()),
             None => {
                 self.schedule.withdraw(id);
                 Ok(())

@@ -34,7 +34,7 @@ pub use channels::ChannelSender;
 pub use embedded::{EmbeddedConfig, EmbeddedHost};
 pub use error::OpenError;
 pub use ingest::{IncomingMessage, IngestedMessage};
-pub use maibot::{MaiBotConfig, MaiBotHost};
+pub use maibot::{MaiBotConfig, MaiBotHost, RelayConfig};
 pub use notes::ContextNote;
 pub use onebot::{OneBotChannel, OneBotHandle, OneBotState, OneBotStatus};
 pub use people::NewPerson;

@@ -26,7 +26,8 @@ pub(crate) static HOST: Migrations = Migrations {
 
 /// The host tables' PostgreSQL scripts (their own version line: version 1 has the tables of
 /// the SQLite schema's version 2, with trigram arrays for the full-text search; version 2 adds
-/// the platform message ids taken in, shared by instances).
+/// the platform message ids taken in, shared by instances; version 3 the MaiBot bridge requests
+/// routed between instances and who holds a bridge).
 pub(crate) static HOST_POSTGRES: Migrations = Migrations {
     table: "_mai_host_migrations",
     scripts: &[
@@ -39,6 +40,11 @@ pub(crate) static HOST_POSTGRES: Migrations = Migrations {
             version: 2,
             description: "inbound seen",
             sql: include_str!("../migrations/postgres/0002_inbound.sql"),
+        },
+        Migration {
+            version: 3,
+            description: "bridge relay",
+            sql: include_str!("../migrations/postgres/0003_bridge_relay.sql"),
         },
     ],
 };

@@ -38,7 +38,8 @@ function partsOf(report) {
   return [instance(report), part('Store', report.store.ok, report.store.error),
     part('Model', report.model.ok, report.model.error, report.model.last_call_at ? `last call ${when(report.model.last_call_at)}` : 'not called yet'),
     Object.entries(report.channels || {}).map(([name, c]) => part(`Channel ${name}`, c.state === 'local' || c.connected, c.last_error, c.state)),
-    part('MaiBot bridge', bridgeUp(report.bridge.state), null, report.bridge.state)];
+    part('MaiBot bridge', bridgeUp(report.bridge.state), null,
+      report.bridge.via ? `${report.bridge.state} (through ${report.bridge.via})` : report.bridge.state)];
 }
 
 function instance(report) {
@@ -53,10 +54,11 @@ function instance(report) {
       h('dt', {}, 'Up'), h('dd', {}, `${Math.round(i.uptime_secs / 60)} min`)));
 }
 
-/** The bridge is up when connected, down when the MaiBot host waits for it, and neither when
- *  this service does not use one ("not used"). */
+/** The bridge is up when connected (here, or to another instance this one goes through:
+ *  "elsewhere"), down when the MaiBot host waits for it, and neither when this service does not
+ *  use one ("not used"). */
 function bridgeUp(state) {
-  if (state === 'connected') return true;
+  if (state === 'connected' || state === 'elsewhere') return true;
   if (state === 'disconnected') return false;
   return null;
 }

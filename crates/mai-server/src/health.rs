@@ -1,7 +1,8 @@
 //! What `GET /v1/health` reports (docs/http-api.md): the instance (version, pid, uptime), the
 //! store (a read through the engine's facade), the model (how its last call went, and when), each
-//! chat channel (OneBot connected or not) and the MaiBot bridge; `status` is `degraded` when one
-//! of them is down. `GET /healthz` stays the small liveness answer for supervisors.
+//! chat channel (OneBot connected or not) and the MaiBot bridge (connected here, or held by
+//! another instance this one reaches through the shared database); `status` is `degraded` when
+//! one of them is down. `GET /healthz` stays the small liveness answer for supervisors.
 //!
 //! The [`Health`] value travels inside [`crate::Metrics`], so every door that has the metrics has
 //! it: the model decorator that times calls ([`crate::MeteredModel`]) records each call's
@@ -127,7 +128,7 @@ impl Health {
         let store = store_report(engine).await;
         let model = self.model_report();
         let (channels, channels_ok) = self.channels_report();
-        let (bridge, bridge_ok) = bridge_report(bridge);
+        let (bridge, bridge_ok) = bridge_report(bridge).await;
         let healthy = store["ok"] == true && model["ok"] != false && channels_ok && bridge_ok;
         let now = Utc::now();
         json!({
@@ -209,19 +210,22 @@ async fn store_report(engine: &Engine) -> Value {
     }
 }
 
-fn bridge_report(bridge: Option<&MaiBotHost>) -> (Value, bool) {
-    match bridge {
-        None => (json!({"state": "not used"}), true),
-        Some(host) => {
-            let connected = host.status().borrow().connected.is_some();
-            let held = *host.held().borrow();
-            let state = if connected {
-                "connected"
-            } else {
-                "disconnected"
-            };
-            (json!({"state": state, "held_parts": held}), connected)
-        }
+/// The bridge's part: `connected` here, `elsewhere` (reached through the instance `via` holding
+/// it, on a shared database: up too), or `disconnected`.
+async fn bridge_report(bridge: Option<&MaiBotHost>) -> (Value, bool) {
+    let Some(host) = bridge else {
+        return (json!({"state": "not used"}), true);
+    };
+    let held = *host.held().borrow();
+    if host.status().borrow().connected.is_some() {
+        return (json!({"state": "connected", "held_parts": held}), true);
+    }
+    match host.bridge_elsewhere().await {
+        Some(via) => (
+            json!({"state": "elsewhere", "via": via, "held_parts": held}),
+            true,
+        ),
+        None => (json!({"state": "disconnected", "held_parts": held}), false),
     }
 }
 

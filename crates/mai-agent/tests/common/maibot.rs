@@ -279,17 +279,3 @@ pub fn said(event: &Value) -> String {
 pub fn text(event: &Value) -> &str {
     event["text"].as_str().unwrap_or_default()
 }
-
-/// Prints mai-agent's log when the test fails (MaiBot's log is in the panic message).
-pub struct DumpOnPanic(pub Vec<Arc<Mutex<Vec<String>>>>);
-
-impl Drop for DumpOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for (run, log) in self.0.iter().enumerate() {
-                let log = log.lock().unwrap_or_else(|p| p.into_inner());
-                eprintln!("mai-agent's log (run {}):\n{}", run + 1, log.join("\n"));
-            }
-        }
-    }
-}

@@ -293,6 +293,20 @@ impl Drop for Served {
     }
 }
 
+/// Prints the logs of the mai-agent processes when the test fails.
+pub struct DumpOnPanic(pub Vec<Arc<std::sync::Mutex<Vec<String>>>>);
+
+impl Drop for DumpOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (run, log) in self.0.iter().enumerate() {
+                let log = log.lock().unwrap_or_else(|p| p.into_inner());
+                eprintln!("mai-agent's log (run {}):\n{}", run + 1, log.join("\n"));
+            }
+        }
+    }
+}
+
 /// The tasks of the served instance at `base` that are not finished yet.
 pub async fn active_tasks(client: &reqwest::Client, base: &str) -> Vec<serde_json::Value> {
     let url =

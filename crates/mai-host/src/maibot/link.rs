@@ -124,7 +124,7 @@ fn truncate(frame: &str) -> String {
 }
 
 /// Counts a held part while it lives.
-struct HeldGuard<'a>(&'a watch::Sender<usize>);
+pub(super) struct HeldGuard<'a>(&'a watch::Sender<usize>);
 
 impl<'a> HeldGuard<'a> {
     fn new(held: &'a watch::Sender<usize>) -> Self {
@@ -168,6 +168,25 @@ impl Slot {
 
     pub(super) fn held(&self) -> watch::Receiver<usize> {
         self.held.subscribe()
+    }
+
+    pub(super) fn config(&self) -> MaiBotConfig {
+        self.config
+    }
+
+    /// Whether a bridge is connected to this instance now.
+    pub(super) fn connected(&self) -> bool {
+        self.lock().current.is_some()
+    }
+
+    /// When this instance's last bridge went away (or the host started).
+    pub(super) fn offline_since(&self) -> Instant {
+        self.lock().offline_since
+    }
+
+    /// Counts a part as held for as long as the guard lives.
+    pub(super) fn hold(&self) -> HeldGuard<'_> {
+        HeldGuard::new(&self.held)
     }
 
     pub(super) fn attach(&self, hello: Hello) -> BridgeLink {
@@ -326,7 +345,7 @@ fn answer_plugin_request(id: &Value, method: &str) -> String {
 }
 
 /// `{"result": …}` or `{"error": {"code", "message"}}`.
-fn answer_of(value: &Value) -> Result<Value, BridgeError> {
+pub(super) fn answer_of(value: &Value) -> Result<Value, BridgeError> {
     if let Some(result) = value.get("result") {
         return Ok(result.clone());
     }

@@ -3,12 +3,16 @@
 //!
 //! Owns the bridge slot (one bridge at a time; a new one replaces the old), the correlation of
 //! requests and answers by id, the per-request timeout, *holding* message parts while no bridge
-//! is connected (up to `[host] offline_timeout_min`), and turning an `unsupported` answer into
-//! the empty answer of a host without that capability. Must not: speak HTTP or WebSocket (the
-//! server's handler moves text frames between a socket and [`MaiBotHost::receive`] /
+//! is reachable (up to `[host] offline_timeout_min`), and turning an `unsupported` answer into
+//! the empty answer of a host without that capability. On a PostgreSQL database shared by
+//! several instances ([`MaiBotHost::shared`]) a request made while no bridge is connected here
+//! goes to the instance holding one, through the database (`relay`), and a bridge connected here
+//! answers the other instances' requests. Must not: speak HTTP or WebSocket (the server's
+//! handler moves text frames between a socket and [`MaiBotHost::receive`] /
 //! [`BridgeLink::outbox`]), or make up data the plugin did not give.
 
 mod link;
+mod relay;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +31,8 @@ use mai_core::ids::{PersonId, StreamId};
 
 use link::Slot;
 pub use link::{BridgeError, BridgeLink, BridgeStatus, Hello};
+use relay::Relay;
+pub use relay::RelayConfig;
 
 /// How long the MaiBot host waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +63,8 @@ impl Default for MaiBotConfig {
 #[derive(Clone)]
 pub struct MaiBotHost {
     slot: Arc<Slot>,
+    /// The way to the bridges of other instances, on a shared PostgreSQL database.
+    relay: Option<Arc<Relay>>,
     /// Per chat, how many parts failed because no bridge came back within the offline timeout:
     /// the next bridge first delivers a notice saying so into each of these chats.
     undelivered: Arc<std::sync::Mutex<BTreeMap<StreamId, usize>>>,
@@ -66,7 +74,54 @@ impl MaiBotHost {
     pub fn new(config: MaiBotConfig) -> MaiBotHost {
         MaiBotHost {
             slot: Arc::new(Slot::new(config)),
+            relay: None,
             undelivered: Arc::default(),
+        }
+    }
+
+    /// As [`MaiBotHost::new`], for one of several instances on the PostgreSQL database `pool`
+    /// (migrated by [`crate::EmbeddedHost::on`]): a request made while no bridge is connected
+    /// here is answered by the instance holding one, and a bridge connected here answers the
+    /// others' requests. Runs until `pool` is closed.
+    pub async fn shared(
+        config: MaiBotConfig,
+        pool: mai_store::sqlx::PgPool,
+        relay: RelayConfig,
+    ) -> Result<MaiBotHost, HostError> {
+        let slot = Arc::new(Slot::new(config));
+        let relay = Relay::start(pool, relay, slot.clone())
+            .await
+            .map_err(|error| {
+                HostError::new(
+                    "start routing MaiBot bridge requests between instances",
+                    format!(
+                        "{error}; check that PostgreSQL ([storage] url) is reachable and its \
+                         host tables migrated"
+                    ),
+                )
+            })?;
+        let host = MaiBotHost {
+            slot,
+            relay: Some(relay.clone()),
+            undelivered: Arc::default(),
+        };
+        tokio::spawn(host.clone().tell_through_others(relay.holders()));
+        Ok(host)
+    }
+
+    /// On a shared database, the chats whose parts were given up here are told as soon as a
+    /// bridge is reachable through another instance (as [`MaiBotHost::attach`] tells them
+    /// when one connects here).
+    async fn tell_through_others(self, mut holders: tokio::sync::watch::Receiver<u64>) {
+        let Some(relay) = self.relay.clone() else {
+            return;
+        };
+        while holders.changed().await.is_ok() && !relay.closed() {
+            if self.undelivered_lock().is_empty() || !relay.holder_elsewhere().await {
+                continue;
+            }
+            let notices = std::mem::take(&mut *self.undelivered_lock());
+            self.deliver_notices(notices).await;
         }
     }
 
@@ -129,9 +184,71 @@ impl MaiBotHost {
         self.slot.status()
     }
 
+    /// The other instance whose bridge this one's requests go through now: `None` while a
+    /// bridge is connected here, on a database not shared, or when no instance holds one.
+    pub async fn bridge_elsewhere(&self) -> Option<String> {
+        match &self.relay {
+            Some(relay) if !self.slot.connected() => relay.holder().await,
+            _ => None,
+        }
+    }
+
     /// How many message parts are held, waiting for a bridge.
     pub fn held(&self) -> tokio::sync::watch::Receiver<usize> {
         self.slot.held()
+    }
+
+    /// Request `method` over this instance's bridge; with none connected, through the instance
+    /// holding one (when the database is shared).
+    async fn request(&self, method: &str, params: Value) -> Result<Value, BridgeError> {
+        let Some(relay) = &self.relay else {
+            return self.slot.request(method, params).await;
+        };
+        match self.slot.request(method, params.clone()).await {
+            Err(BridgeError::Offline) => {
+                let timeout = self.slot.config().request_timeout;
+                relay.forward(method, &params, timeout).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// Returns once a bridge is reachable — connected here, or held by another instance; while
+    /// none is, the caller's part is counted as held, until no bridge has been seen for the
+    /// offline timeout.
+    async fn wait_for_bridge(&self) -> Result<(), BridgeError> {
+        let Some(relay) = &self.relay else {
+            return self.slot.wait_for_bridge().await;
+        };
+        let (mut status, mut holders) = (self.slot.status(), relay.holders());
+        let offline_timeout = self.slot.config().offline_timeout;
+        let mut held = None;
+        loop {
+            status.borrow_and_update();
+            holders.borrow_and_update();
+            if self.slot.connected() || relay.holder_elsewhere().await {
+                return Ok(());
+            }
+            let away_since = match relay.seen_holder() {
+                Some(seen) => seen.max(self.slot.offline_since()),
+                None => self.slot.offline_since(),
+            };
+            if held.is_none() {
+                tracing::info!(
+                    "no MaiBot bridge connected to any instance: holding a message part until one connects"
+                );
+                held = Some(self.slot.hold());
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(away_since + offline_timeout) => {
+                    return Err(BridgeError::StillOffline {
+                        minutes: offline_timeout.as_secs() / 60,
+                    });
+                }
+                _ = status.changed() => {}
+                _ = holders.changed() => {}
+            }
+        }
     }
 
     /// A request for `method`, as the plugin's answer decoded into `T`; `unsupported` gives
@@ -142,7 +259,7 @@ impl MaiBotHost {
         params: Value,
         empty: T,
     ) -> Result<T, HostError> {
-        match self.slot.request(method, params).await {
+        match self.request(method, params).await {
             Ok(value) => decode(method, value),
             Err(BridgeError::Unsupported(_)) => Ok(empty),
             Err(error) => Err(host_error(method, error)),
@@ -155,15 +272,16 @@ impl MaiBotHost {
         method: &str,
         params: Value,
     ) -> Result<T, HostError> {
-        match self.slot.request(method, params).await {
+        match self.request(method, params).await {
             Ok(value) => decode(method, value),
             Err(error) => Err(host_error(method, error)),
         }
     }
 
-    /// `send_text` with `part_id`, held while no bridge is connected. A bridge that goes away
-    /// before answering leaves it unknown whether MaiBot sent the part: it is held and sent
-    /// again with the same id, which the plugin drops when it already sent it.
+    /// `send_text` with `part_id`, held while no bridge is reachable. A bridge that goes away
+    /// before answering (here, or on the instance a request was routed to) leaves it unknown
+    /// whether MaiBot sent the part: it is held and sent again with the same id, which the
+    /// plugin drops when it already sent it.
     async fn send(
         &self,
         stream: &StreamId,
@@ -172,13 +290,13 @@ impl MaiBotHost {
     ) -> Result<Delivery, HostError> {
         let params = json!({"stream_id": stream, "text": text, "part_id": part_id});
         loop {
-            if let Err(error) = self.slot.wait_for_bridge().await {
+            if let Err(error) = self.wait_for_bridge().await {
                 if !part_id.starts_with("notice:") {
                     *self.undelivered_lock().entry(stream.clone()).or_default() += 1;
                 }
                 return Err(host_error("send_text", error));
             }
-            match self.slot.request("send_text", params.clone()).await {
+            match self.request("send_text", params.clone()).await {
                 Ok(answer) => return Ok(delivery(&answer)),
                 Err(BridgeError::Offline | BridgeError::Disconnected) => {
                     tracing::info!(%stream, part_id, "the bridge went away during a send; holding the part");
