@@ -386,21 +386,29 @@ impl Engine {
         history: &[NewHistoryEntry],
         reply: &TaskRecord,
     ) -> Result<SaveOutcome, EngineError> {
-        // The run's model calls not written yet are recorded in the same write.
+        self.save_running_with_usage(task, history, Some(reply))
+            .await
+    }
+
+    /// Saves `task` (a compare-and-set on `running`) with `history`, `also` inserted beside it,
+    /// and the usage records the meter stages for the save (see `usage::Meter::stage`), in one
+    /// write; once it is stored the meter forgets them.
+    async fn save_running_with_usage(
+        &self,
+        task: &mut TaskRecord,
+        history: &[NewHistoryEntry],
+        also: Option<&TaskRecord>,
+    ) -> Result<SaveOutcome, EngineError> {
         let usage = self.meter.stage(task);
-        let outcome = self
-            .store
-            .write(&[
-                TaskWrite::Save {
-                    task,
-                    expected: Some(TaskStatus::Running),
-                    expected_question: None,
-                    history,
-                },
-                TaskWrite::InsertIfAbsent(reply),
-                TaskWrite::Usage(&usage),
-            ])
-            .await?;
+        let mut writes = vec![TaskWrite::Save {
+            task,
+            expected: Some(TaskStatus::Running),
+            expected_question: None,
+            history,
+        }];
+        writes.extend(also.map(TaskWrite::InsertIfAbsent));
+        writes.push(TaskWrite::Usage(&usage));
+        let outcome = self.store.write(&writes).await?;
         if outcome == SaveOutcome::Saved {
             self.meter.written(task.id, &usage);
         }
@@ -417,15 +425,12 @@ impl Engine {
     ) -> Result<(), EngineError> {
         if !history.is_empty() {
             task.metadata.history_len += history.len() as u64;
-            let usage = self.meter.stage(&mut task);
             let outcome = self
-                .store
-                .checkpoint_with_usage(&task, Some(TaskStatus::Running), &history, &usage)
+                .save_running_with_usage(&mut task, &history, None)
                 .await?;
             if outcome != SaveOutcome::Saved {
                 return Ok(());
             }
-            self.meter.written(task.id, &usage);
         }
         let reply = reply_task_id(&task);
         self.create_reply(&task, &text, false).await?;
@@ -570,16 +575,8 @@ impl Engine {
             task.metadata.history_from = history_from;
         }
         // The run's model calls not written yet are recorded in the same write.
-        let usage = self.meter.stage(&mut task);
-        let save = TaskWrite::Save {
-            task: &task,
-            expected: Some(TaskStatus::Running),
-            expected_question: None,
-            history: &[],
-        };
-        match self.store.write(&[save, TaskWrite::Usage(&usage)]).await? {
+        match self.save_running_with_usage(&mut task, &[], None).await? {
             mai_core::store::SaveOutcome::Saved => {
-                self.meter.written(task.id, &usage);
                 self.emit(TaskEvent::Status {
                     task_id: task.id,
                     status: TaskStatus::Completed,
