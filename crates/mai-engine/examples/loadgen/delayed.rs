@@ -37,8 +37,7 @@ pub async fn run(options: &Options, tasks: usize, max_gap_ms: u64) {
         }
         let task = engine.create(&caller, request).await.unwrap();
         due.push((task.id, task.scheduled_at.unwrap()));
-        let gap = (i as u64 * 7919) % (max_gap_ms + 1);
-        tokio::time::sleep(Duration::from_millis(gap)).await;
+        tokio::time::sleep(creation_gap(i, max_gap_ms)).await;
     }
     recorder
         .wait_until("every delayed task running", |seen| {
@@ -85,4 +84,10 @@ pub async fn run(options: &Options, tasks: usize, max_gap_ms: u64) {
     );
     print_breakdown(options, "(d)", tasks as f64, "task");
     engine.stop().await;
+}
+
+/// The pause after the `i`-th creation of (d): spread over 0..=`max_gap_ms`, the same sequence
+/// every run, so due times do not arrive in lockstep.
+pub fn creation_gap(i: usize, max_gap_ms: u64) -> Duration {
+    Duration::from_millis((i as u64 * 7919) % (max_gap_ms + 1))
 }

@@ -285,8 +285,7 @@ pub async fn delayed(options: &Options, n: usize, tasks: usize, max_gap_ms: u64)
             body["intent"] = json!(format!("reminder {i}: stand up and stretch"));
         }
         ids.push(fleet.create(0, &body).await);
-        let gap = (i as u64 * 7919) % (max_gap_ms + 1);
-        tokio::time::sleep(Duration::from_millis(gap)).await;
+        tokio::time::sleep(crate::delayed::creation_gap(i, max_gap_ms)).await;
     }
     fleet
         .wait_for(
