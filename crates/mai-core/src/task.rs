@@ -279,7 +279,12 @@ pub struct TaskMetadata {
     /// The model calls of this run not yet in the usage table: a running task's usage rows are
     /// written a few rounds at a time, and until then they are saved here, with every
     /// checkpoint, so a crash loses none of them (the run that resumes the task writes them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Stored compactly (see [`crate::usage::carried`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "crate::usage::carried"
+    )]
     pub usage_unwritten: Vec<crate::usage::UsageRecord>,
 }
 

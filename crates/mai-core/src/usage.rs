@@ -84,6 +84,99 @@ pub struct UsageRecord {
 // A cost is a finite sum of finite prices (never NaN), so equality is total.
 impl Eq for UsageRecord {}
 
+/// The form of the records a running task carries in its record until they are written
+/// (`TaskMetadata::usage_unwritten`): each one a JSON array of its fields in declaration order,
+/// not an object — the record is rewritten by every checkpoint, and the field names were more
+/// than half of its bytes. Reads the object form too (what earlier builds saved).
+pub mod carried {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::{DateTime, NaiveDate, TaskId, UsagePurpose, UsageRecord, Utc};
+
+    /// A record's fields, in [`UsageRecord`]'s order.
+    type Row = (
+        uuid::Uuid,
+        DateTime<Utc>,
+        NaiveDate,
+        Option<TaskId>,
+        u32,
+        UsagePurpose,
+        String,
+        u64,
+        u64,
+        u64,
+        bool,
+        u64,
+        String,
+        Option<String>,
+        String,
+        Option<f64>,
+    );
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Row(Row),
+        Record(UsageRecord),
+    }
+
+    pub fn serialize<S: Serializer>(records: &[UsageRecord], to: S) -> Result<S::Ok, S::Error> {
+        to.collect_seq(records.iter().map(|r| {
+            let row: Row = (
+                r.id,
+                r.at,
+                r.day,
+                r.task_id,
+                r.round,
+                r.purpose,
+                r.model.clone(),
+                r.prompt_tokens,
+                r.completion_tokens,
+                r.cached_tokens,
+                r.estimated,
+                r.latency_ms,
+                r.owner.clone(),
+                r.requester.clone(),
+                r.stream_id.clone(),
+                r.cost,
+            );
+            row
+        }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Vec<UsageRecord>, D::Error> {
+        let forms = Vec::<Form>::deserialize(from)?;
+        Ok(forms.into_iter().map(record_of).collect())
+    }
+
+    fn record_of(form: Form) -> UsageRecord {
+        let row = match form {
+            Form::Record(record) => return record,
+            Form::Row(row) => row,
+        };
+        let (id, at, day, task_id, round, purpose, model, prompt_tokens, completion_tokens) =
+            (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8);
+        UsageRecord {
+            id,
+            at,
+            day,
+            task_id,
+            round,
+            purpose,
+            model,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens: row.9,
+            estimated: row.10,
+            latency_ms: row.11,
+            owner: row.12,
+            requester: row.13,
+            stream_id: row.14,
+            cost: row.15,
+        }
+    }
+}
+
 impl UsageRecord {
     /// Prompt plus completion tokens: what the token budgets count.
     pub fn tokens(&self) -> u64 {
@@ -229,6 +322,59 @@ pub fn estimate_tokens(text: &str) -> u64 {
 mod tests {
     use super::*;
     use crate::config::ModelPrice;
+
+    /// Holds records the way `TaskMetadata::usage_unwritten` does.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Carrier {
+        #[serde(with = "carried")]
+        records: Vec<UsageRecord>,
+    }
+
+    fn sample(round: u32, requester: Option<&str>, cost: Option<f64>) -> UsageRecord {
+        UsageRecord {
+            id: uuid::Uuid::now_v7(),
+            at: "2026-12-06T12:19:19.387592854Z".parse().unwrap(),
+            day: NaiveDate::from_ymd_opt(2026, 12, 6).unwrap(),
+            task_id: Some(TaskId(uuid::Uuid::new_v4())),
+            round,
+            purpose: UsagePurpose::Subagent,
+            model: "gpt-4o-mini".into(),
+            prompt_tokens: 1400,
+            completion_tokens: 20,
+            cached_tokens: 800,
+            estimated: true,
+            latency_ms: 7,
+            owner: "qq:1".into(),
+            requester: requester.map(str::to_owned),
+            stream_id: "qq:group:1".into(),
+            cost,
+        }
+    }
+
+    #[test]
+    fn carried_records_are_saved_as_arrays_and_read_back_whole() {
+        let carrier = Carrier {
+            records: vec![sample(1, Some("qq:2"), Some(0.25)), sample(2, None, None)],
+        };
+        let text = serde_json::to_string(&carrier).unwrap();
+        assert!(text.starts_with(r#"{"records":[["#), "{text}");
+        assert!(!text.contains("prompt_tokens"), "no field names: {text}");
+        let full: usize = carrier
+            .records
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap().len())
+            .sum();
+        assert!(text.len() * 3 < full * 2, "{} vs {full}", text.len());
+        assert_eq!(serde_json::from_str::<Carrier>(&text).unwrap(), carrier);
+    }
+
+    #[test]
+    fn carried_records_saved_as_objects_by_an_earlier_build_still_read() {
+        let record = sample(3, Some("qq:2"), None);
+        let text = format!(r#"{{"records":[{}]}}"#, serde_json::to_string(&record).unwrap());
+        let read: Carrier = serde_json::from_str(&text).unwrap();
+        assert_eq!(read.records, vec![record]);
+    }
 
     #[test]
     fn cached_tokens_are_priced_at_the_cached_rate() {

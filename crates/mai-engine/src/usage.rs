@@ -68,10 +68,11 @@ impl Served {
 }
 
 /// How many records a running task's checkpoints carry in its record before one of them writes
-/// them to the usage table: a usage row is five pages (the row and four indexes) in the write
-/// of the checkpoint that carries it, so writing them a few rounds at a time keeps a round's
-/// checkpoint small; the record carries at most this many less one (about 1.5 KiB).
-pub(crate) const WRITE_EVERY: usize = 4;
+/// them to the usage table: a usage row touches six pages (the row and five indexes) in the
+/// write of the checkpoint that carries it, rows written together share most of them, so
+/// writing them several rounds at a time keeps a round's checkpoint small; the record carries
+/// at most this many less one (about 200 bytes each, see `mai_core::usage::carried`).
+pub(crate) const WRITE_EVERY: usize = 8;
 
 /// Records not yet in the usage table, by task, and the process's sums for metrics.
 #[derive(Default)]
