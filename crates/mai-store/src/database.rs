@@ -4,11 +4,13 @@
 //!
 //! Every connection is a `rusqlite::Connection` owned by a thread of its own; callers hand it
 //! a closure, so a transaction of many statements is one hand-off between threads. Reads run
-//! on a few reader threads (WAL lets them run beside the writer); an in-memory database has
+//! on a few reader threads (WAL lets them run beside the writer); a read handed to an idle one
+//! is polled for briefly before its caller sleeps (see `answer`). An in-memory database has
 //! one connection, so its reads run on the writer's. This module owns connections and
 //! pragmas, not any component's tables.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -123,8 +125,11 @@ type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 /// Where reads run.
 #[derive(Clone)]
 enum Readers {
-    /// Reader threads taking jobs from one queue.
-    Pool(mpsc::Sender<ReadJob>),
+    /// Reader threads taking jobs from one queue; `idle` counts those waiting for one.
+    Pool {
+        sender: mpsc::Sender<ReadJob>,
+        idle: Arc<AtomicUsize>,
+    },
     /// The writer's connection (an in-memory database).
     Writer,
 }
@@ -180,16 +185,17 @@ impl Database {
         .map_err(|error| failed(Box::new(error)))?;
         let (sender, receiver) = mpsc::channel::<ReadJob>();
         let receiver = Arc::new(Mutex::new(receiver));
+        let idle = Arc::new(AtomicUsize::new(0));
         for (number, reader) in readers.into_iter().enumerate() {
-            let receiver = receiver.clone();
+            let (receiver, idle) = (receiver.clone(), idle.clone());
             std::thread::Builder::new()
                 .name(format!("mai-db-reader-{number}"))
-                .spawn(move || serve_reads(&reader, &receiver))
+                .spawn(move || serve_reads(&reader, &receiver, &idle))
                 .map_err(|error| failed(Box::new(error)))?;
         }
         Ok(Database {
             writer,
-            readers: Readers::Pool(sender),
+            readers: Readers::Pool { sender, idle },
         })
     }
 
@@ -244,12 +250,16 @@ impl Database {
         T: Send + 'static,
     {
         match &self.readers {
-            Readers::Pool(sender) => {
-                let (reply, outcome) = oneshot::channel();
+            Readers::Pool { sender, idle } => {
+                let (reply, mut outcome) = oneshot::channel();
                 let read: ReadJob = Box::new(move |connection| {
                     let _ = reply.send(job(connection));
                 });
+                let was_idle = idle.load(Ordering::SeqCst) > 0;
                 sender.send(read).map_err(|_| Closed)?;
+                if was_idle && let Some(polled) = crate::answer::poll_briefly(&mut outcome).await {
+                    return polled.ok_or(Closed);
+                }
                 outcome.await.map_err(|_| Closed)
             }
             Readers::Writer => self
@@ -312,15 +322,22 @@ fn configure(
     Ok(())
 }
 
-/// A reader thread: runs read jobs until every sender is gone.
-fn serve_reads(connection: &Connection, receiver: &Mutex<mpsc::Receiver<ReadJob>>) {
+/// A reader thread: runs read jobs until every sender is gone; counted in `idle` while it
+/// waits for one.
+fn serve_reads(
+    connection: &Connection,
+    receiver: &Mutex<mpsc::Receiver<ReadJob>>,
+    idle: &AtomicUsize,
+) {
     loop {
+        idle.fetch_add(1, Ordering::SeqCst);
         let job = {
             let receiver = receiver
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             receiver.recv()
         };
+        idle.fetch_sub(1, Ordering::SeqCst);
         let Ok(job) = job else {
             return;
         };

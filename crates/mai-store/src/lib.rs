@@ -12,6 +12,7 @@
 //! seam where a backend other than SQLite would sit.
 
 mod agent_history;
+mod answer;
 mod backup;
 mod checkpointer;
 mod codec;

@@ -13,9 +13,8 @@
 //! more than that on a virtual machine ((a) 0.15 → 0.11 ms per round on an idle 2-core VM).
 //! The caller's side has the same cost the other way: a write that finds the writer idle
 //! (nothing queued, no batch running) is committed within tens of microseconds, so its caller
-//! polls for the outcome for up to [`CALLER_POLL`] — yielding to its runtime between polls, so
-//! other tasks on its thread still run — before it sleeps ((a) about 0.19 → 0.11 ms per round
-//! on an idle 2-core VM). A write queued behind others sleeps at once.
+//! polls for the outcome briefly (see `answer`) before it sleeps ((a) about 0.19 → 0.11 ms per
+//! round on an idle 2-core VM). A write queued behind others sleeps at once.
 //!
 //! What a transaction is belongs to the backend behind the [`Session`] trait: SQLite (a
 //! `rusqlite::Connection`, see `database`) today; another database's session can sit behind
@@ -217,7 +216,7 @@ impl<S: Session> Writer<S> {
             return Err(WriteError::gone());
         }
         let mut outcome = outcome;
-        if idle && let Some(polled) = poll_briefly(&mut outcome).await {
+        if idle && let Some(polled) = crate::answer::poll_briefly(&mut outcome).await {
             return polled.unwrap_or_else(|| Err(WriteError::gone()));
         }
         outcome.await.unwrap_or_else(|_| Err(WriteError::gone()))
@@ -252,27 +251,6 @@ impl<S: Session> Writer<S> {
         let (done, stopped) = oneshot::channel();
         if self.inner.sender.send(Message::Stop(done)).is_ok() {
             let _ = stopped.await;
-        }
-    }
-}
-
-/// How long a caller whose write found the writer idle polls for its outcome before it sleeps
-/// (see the module comment): about twice what a lone write takes on a 2-core VM.
-const CALLER_POLL: std::time::Duration = std::time::Duration::from_micros(150);
-
-/// Polls `outcome` until it arrives or [`CALLER_POLL`] has passed, yielding to the runtime
-/// between polls: `Some(Some(value))`, `Some(None)` when the sender is gone, `None` when
-/// nothing came in time.
-async fn poll_briefly<T>(outcome: &mut oneshot::Receiver<T>) -> Option<Option<T>> {
-    let start = std::time::Instant::now();
-    loop {
-        match outcome.try_recv() {
-            Ok(value) => return Some(Some(value)),
-            Err(oneshot::error::TryRecvError::Closed) => return Some(None),
-            Err(oneshot::error::TryRecvError::Empty) if start.elapsed() < CALLER_POLL => {
-                tokio::task::yield_now().await;
-            }
-            Err(oneshot::error::TryRecvError::Empty) => return None,
         }
     }
 }
