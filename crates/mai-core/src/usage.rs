@@ -154,8 +154,9 @@ pub mod carried {
             Form::Record(record) => return record,
             Form::Row(row) => row,
         };
-        let (id, at, day, task_id, round, purpose, model, prompt_tokens, completion_tokens) =
-            (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8);
+        let (id, at, day, task_id, round, purpose, model, prompt_tokens, completion_tokens) = (
+            row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
+        );
         UsageRecord {
             id,
             at,
@@ -371,7 +372,10 @@ mod tests {
     #[test]
     fn carried_records_saved_as_objects_by_an_earlier_build_still_read() {
         let record = sample(3, Some("qq:2"), None);
-        let text = format!(r#"{{"records":[{}]}}"#, serde_json::to_string(&record).unwrap());
+        let text = format!(
+            r#"{{"records":[{}]}}"#,
+            serde_json::to_string(&record).unwrap()
+        );
         let read: Carrier = serde_json::from_str(&text).unwrap();
         assert_eq!(read.records, vec![record]);
     }
