@@ -121,26 +121,26 @@ pub mod carried {
     }
 
     pub fn serialize<S: Serializer>(records: &[UsageRecord], to: S) -> Result<S::Ok, S::Error> {
+        // The same fields as `Row`, borrowed (this runs with every checkpoint).
         to.collect_seq(records.iter().map(|r| {
-            let row: Row = (
+            (
                 r.id,
                 r.at,
                 r.day,
                 r.task_id,
                 r.round,
                 r.purpose,
-                r.model.clone(),
+                &r.model,
                 r.prompt_tokens,
                 r.completion_tokens,
                 r.cached_tokens,
                 r.estimated,
                 r.latency_ms,
-                r.owner.clone(),
-                r.requester.clone(),
-                r.stream_id.clone(),
+                &r.owner,
+                &r.requester,
+                &r.stream_id,
                 r.cost,
-            );
-            row
+            )
         }))
     }
 
@@ -154,19 +154,16 @@ pub mod carried {
             Form::Record(record) => return record,
             Form::Row(row) => row,
         };
-        let (id, at, day, task_id, round, purpose, model, prompt_tokens, completion_tokens) = (
-            row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
-        );
         UsageRecord {
-            id,
-            at,
-            day,
-            task_id,
-            round,
-            purpose,
-            model,
-            prompt_tokens,
-            completion_tokens,
+            id: row.0,
+            at: row.1,
+            day: row.2,
+            task_id: row.3,
+            round: row.4,
+            purpose: row.5,
+            model: row.6,
+            prompt_tokens: row.7,
+            completion_tokens: row.8,
             cached_tokens: row.9,
             estimated: row.10,
             latency_ms: row.11,
