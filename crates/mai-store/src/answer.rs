@@ -29,3 +29,32 @@ pub(crate) async fn poll_briefly<T>(answer: &mut oneshot::Receiver<T>) -> Option
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_already_there_is_taken_at_once() {
+        let (sender, mut answer) = oneshot::channel();
+        sender.send(7).unwrap();
+        assert_eq!(poll_briefly(&mut answer).await, Some(Some(7)));
+    }
+
+    #[tokio::test]
+    async fn a_sender_that_went_away_ends_the_polling_with_nothing() {
+        let (sender, mut answer) = oneshot::channel::<u8>();
+        drop(sender);
+        assert_eq!(poll_briefly(&mut answer).await, Some(None));
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_leaves_the_receiver_to_be_awaited() {
+        let (sender, mut answer) = oneshot::channel();
+        let started = Instant::now();
+        assert_eq!(poll_briefly(&mut answer).await, None);
+        assert!(started.elapsed() >= POLL);
+        sender.send("late").unwrap();
+        assert_eq!(answer.await, Ok("late"));
+    }
+}

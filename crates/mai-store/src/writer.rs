@@ -136,10 +136,7 @@ pub struct Writer<S: Session> {
 
 struct Inner<S> {
     sender: mpsc::Sender<Message<S>>,
-    /// Writes sent and not yet taken into a batch.
-    queued: Arc<AtomicUsize>,
-    /// Set while the thread runs a batch.
-    busy: Arc<AtomicBool>,
+    activity: Activity,
 }
 
 impl<S: Session> Clone for Writer<S> {
@@ -174,17 +171,13 @@ impl<S: Session> Writer<S> {
         committed: impl FnMut(&mut S) + Send + 'static,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
-        let state = Activity::default();
-        let shared = state.clone();
+        let activity = Activity::default();
+        let shared = activity.clone();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || serve(session, &receiver, &shared, committed))?;
         Ok(Writer {
-            inner: Arc::new(Inner {
-                sender,
-                queued: state.queued,
-                busy: state.busy,
-            }),
+            inner: Arc::new(Inner { sender, activity }),
         })
     }
 
@@ -204,15 +197,16 @@ impl<S: Session> Writer<S> {
             result: None,
             reply,
         };
-        let idle = self.inner.queued.fetch_add(1, Ordering::SeqCst) == 0
-            && !self.inner.busy.load(Ordering::SeqCst);
+        let activity = &self.inner.activity;
+        let idle = activity.queued.fetch_add(1, Ordering::SeqCst) == 0
+            && !activity.busy.load(Ordering::SeqCst);
         if self
             .inner
             .sender
             .send(Message::Write(Box::new(unit)))
             .is_err()
         {
-            self.inner.queued.fetch_sub(1, Ordering::SeqCst);
+            activity.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(WriteError::gone());
         }
         let mut outcome = outcome;
@@ -242,7 +236,7 @@ impl<S: Session> Writer<S> {
 
     /// Writes sent and not yet taken into a batch (a diagnostic; tests wait on it).
     pub fn queued(&self) -> usize {
-        self.inner.queued.load(Ordering::SeqCst)
+        self.inner.activity.queued.load(Ordering::SeqCst)
     }
 
     /// Finishes the writes queued so far, then ends the thread, closing the connection. Later
