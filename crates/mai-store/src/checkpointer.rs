@@ -11,7 +11,7 @@
 //! SQLite starts the log over only in a write transaction that begins while the whole log is
 //! in the database file; under steady writes that never happens (the writer commits more while
 //! the thread copies), and the log grows for as long as writes keep coming (44 MB in one run
-//! of benchmark (b); without bound under a steady load). So once the thread has copied a log
+//! of benchmark (b) at 4 KiB pages; without bound under a steady load). So once the thread has copied a log
 //! of [`RESTART_FRAMES`] or more, the writer, after its next commit, copies the few frames
 //! committed since (a pause of a few milliseconds: that copy syncs both files), and its next
 //! transaction starts the log over.
@@ -30,8 +30,9 @@ use rusqlite::Connection;
 /// near SQLite's default of 1,000 pages.
 const COMMITS_PER_CHECKPOINT: u32 = 256;
 
-/// A log at least this long (in frames, about 4 KiB each) is started over once it has been
-/// copied: 64 MiB, so a burst pays no pause and a steady load one every few thousand commits.
+/// A log at least this long (in frames, one page each) is started over once it has been copied:
+/// 16 MiB at the 1 KiB pages of a file this crate made (64 MiB in an older 4 KiB file), so a
+/// burst pays no pause and a steady load one every few thousand commits.
 const RESTART_FRAMES: i64 = 16_384;
 
 /// When the thread copies the log, and when the writer starts a copied log over.

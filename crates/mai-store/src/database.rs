@@ -282,6 +282,14 @@ impl Database {
     }
 }
 
+/// The page size of a new database file. Every commit writes each page it changed whole to the
+/// write-ahead log, and a write here changes a few small rows in several b-trees (the task row,
+/// its indexes, history and status-log rows): at 1 KiB a commit writes a quarter of the bytes it
+/// writes at SQLite's default 4 KiB, for about as many pages. Benchmark (b) ran 11–17 % faster
+/// with it on a 2-core VM (1,395 against 1,255 tasks/s, medians of 5 interleaved); larger rows
+/// spill into overflow pages, which only long messages and answers have.
+const PAGE_SIZE: i64 = 1024;
+
 /// Opens the writer and the readers, each configured.
 fn open_all(
     path: &Path,
@@ -289,6 +297,8 @@ fn open_all(
 ) -> Result<(Connection, Vec<Connection>), rusqlite::Error> {
     let writer = Connection::open(path)?;
     configure(&writer, Some(options))?;
+    // Only a new file takes it (an existing one keeps the size it was made with).
+    writer.pragma_update(None, "page_size", PAGE_SIZE)?;
     writer.pragma_update(None, "journal_mode", "WAL")?;
     // The log is copied back by the `Checkpointer`'s thread, not inside the writer's commits.
     writer.pragma_update(None, "wal_autocheckpoint", 0)?;

@@ -55,6 +55,37 @@ async fn saving_a_task_that_was_never_inserted_is_not_found() {
     assert_eq!(fs.store.get(task.id).await.unwrap(), None);
 }
 
+/// A new file gets 1 KiB pages (a commit writes each changed page whole to the log); a file
+/// made with SQLite's default 4 KiB pages keeps them and its data.
+#[tokio::test]
+async fn a_new_file_has_small_pages_and_an_older_file_keeps_its_own() {
+    let page_size = |path: &std::path::Path| -> i64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap()
+    };
+    let fs = file_store().await;
+    let task = full_record();
+    fs.store.insert(&task).await.unwrap();
+    let path = fs.path();
+    fs.store.close().await;
+    drop(fs.store);
+    assert_eq!(page_size(&path), 1024);
+
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.db");
+    rusqlite::Connection::open(&old)
+        .unwrap()
+        .execute_batch("PRAGMA page_size = 4096; CREATE TABLE before_us (x INTEGER);")
+        .unwrap();
+    let store = SqliteStore::open(&old).await.unwrap();
+    store.insert(&task).await.unwrap();
+    assert_eq!(store.get(task.id).await.unwrap(), Some(task));
+    store.close().await;
+    drop(store);
+    assert_eq!(page_size(&old), 4096);
+}
+
 #[tokio::test]
 async fn reopening_the_file_finds_the_data_again() {
     let fs = file_store().await;
