@@ -524,12 +524,16 @@ impl Engine {
         task: &mut TaskRecord,
         control: &RunControl,
     ) -> Result<RunEnd, EngineError> {
-        // Everything injected so far is in the history read below.
-        self.schedule.take_injected(task.id);
-        let history = self
-            .store
-            .history(task.id, task.metadata.history_from)
-            .await?;
+        // Everything injected so far is in the history read below. A task created here that
+        // has not run and was sent no instruction has no history: nothing to read.
+        let injected = self.schedule.take_injected(task.id);
+        let history = if self.schedule.take_fresh(task.id) && !injected {
+            Vec::new()
+        } else {
+            self.store
+                .history(task.id, task.metadata.history_from)
+                .await?
+        };
         let mut conversation = Conversation::rebuild(&history).map_err(EngineError::Internal)?;
         let mut repeats = loop_guard::counts_in(&conversation.messages, ASK_USER);
         let ctx = self.tool_context(task, control.token.clone());

@@ -58,6 +58,55 @@ fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>, actor: 
     true
 }
 
+/// The claim of a queued task, applied to the record as stored: `from → running`, by whoever
+/// answered its question if someone did, an instant task's parts fixed when no polish is
+/// needed. `false` (nothing written) when it is no longer `from`.
+fn claim_queued(
+    config: &Config,
+    task: &mut TaskRecord,
+    from: TaskStatus,
+    now: DateTime<Utc>,
+    actor: &str,
+) -> bool {
+    if task.status != from {
+        return false;
+    }
+    let reason = if from == TaskStatus::WaitingInput {
+        "resumed with the answer"
+    } else {
+        "dispatched"
+    };
+    // An answer recorded through a door names who gave it; otherwise the scheduler.
+    let actor = task
+        .metadata
+        .answered_by
+        .take()
+        .unwrap_or_else(|| actor.to_owned());
+    if task
+        .transition(TaskStatus::Running, &actor, reason, now)
+        .is_err()
+    {
+        return false;
+    }
+    task.metadata.waiting = None;
+    task.metadata.pause_cause = None;
+    if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
+        // Without polish the parts are known now: fixed in the claim, not in a write of their
+        // own.
+        fix_parts_unpolished(config, task);
+    }
+    true
+}
+
+/// What claiming a queued task came to.
+enum Queued {
+    Claimed(Box<TaskRecord>),
+    /// Not in the state the claim expected (nothing written).
+    Declined,
+    /// The cluster runs as many tasks as it may; the task waits for a slot.
+    Parked,
+}
+
 /// Whether `task` is paused because a daily budget was used up (a timer resumes it).
 pub(crate) fn paused_by_budget(task: &TaskRecord) -> bool {
     task.status == TaskStatus::Paused && task.metadata.pause_cause == Some(PauseCause::Budget)
@@ -81,17 +130,10 @@ impl Engine {
         self.dispatch();
     }
 
+    /// Claims a queued task and runs it. A pending task (nearly every one) is claimed in one
+    /// write, its change applied to the record as stored, with no read before it; a task
+    /// queued because its question was answered (or timed out) is read first, to check that.
     async fn run_claimed(&self, id: TaskId) -> Result<(), EngineError> {
-        let Some(mut task) = self.store.get(id).await? else {
-            return Ok(());
-        };
-        let from = task.status;
-        match from {
-            TaskStatus::Pending => {}
-            // Queued because its question was answered (or timed out).
-            TaskStatus::WaitingInput if self.question_answered(&task).await? => {}
-            _ => return Ok(()),
-        }
         let started = self.now();
         // Register the control before claiming, so a cancel that sees `running` finds it.
         let control = RunControl::starting_at(started);
@@ -100,45 +142,55 @@ impl Engine {
         if self.stopping() {
             return Ok(());
         }
-        let reason = if from == TaskStatus::WaitingInput {
-            "resumed with the answer"
-        } else {
-            "dispatched"
-        };
-        // An answer recorded through a door names who gave it; otherwise the scheduler.
-        let actor = task.metadata.answered_by.take();
-        task.transition(
-            TaskStatus::Running,
-            &actor.unwrap_or_else(|| self.actor(ACTOR)),
-            reason,
-            started,
-        )?;
-        task.metadata.waiting = None;
-        task.metadata.pause_cause = None;
-        if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
-            // Without polish the parts are known now: fixed in the claim, not in a write of
-            // their own.
-            self.fix_parts_unpolished(&mut task);
-        }
-        // The claim: a compare-and-set on what the store holds, so a concurrent cancel wins.
-        let (priority, ends) = (task.priority, self.schedule.cluster_ends());
-        let claim: mai_core::store::Change = Box::new(move |stored| {
-            if stored.status != from {
-                return false;
-            }
-            *stored = task;
-            true
-        });
-        let task = match self.store.claim(id, claim, self.cluster_cap()).await? {
-            Claim::Claimed(task) => *task,
-            Claim::Declined => return Ok(()),
-            Claim::Full => {
-                self.schedule.park(id, priority, ends);
-                return Ok(());
+        let task = match self.claim_queued(id, TaskStatus::Pending, started).await? {
+            Queued::Claimed(task) => *task,
+            Queued::Parked => return Ok(()),
+            Queued::Declined => {
+                let Some(task) = self.store.get(id).await? else {
+                    return Ok(());
+                };
+                if task.status != TaskStatus::WaitingInput || !self.question_answered(&task).await?
+                {
+                    return Ok(());
+                }
+                match self
+                    .claim_queued(id, TaskStatus::WaitingInput, started)
+                    .await?
+                {
+                    Queued::Claimed(task) => *task,
+                    Queued::Parked | Queued::Declined => return Ok(()),
+                }
             }
         };
         self.emit_changes(&task, 1);
         self.run_claimed_task(task, &control).await
+    }
+
+    /// The claim, a compare-and-set on what the store holds (so a concurrent cancel wins):
+    /// `from → running` (see [`claim_queued`]). A claim the cluster's cap refuses parks the task
+    /// until a slot frees anywhere.
+    async fn claim_queued(
+        &self,
+        id: TaskId,
+        from: TaskStatus,
+        started: DateTime<Utc>,
+    ) -> Result<Queued, EngineError> {
+        let (config, actor) = (self.config.config(), self.actor(ACTOR));
+        let ends = self.schedule.cluster_ends();
+        let claim: mai_core::store::Change =
+            Box::new(move |task| claim_queued(&config, task, from, started, &actor));
+        Ok(
+            match self.store.claim(id, claim, self.cluster_cap()).await? {
+                Claim::Claimed(task) => Queued::Claimed(task),
+                Claim::Declined => Queued::Declined,
+                Claim::Full => {
+                    if let Some(task) = self.store.get(id).await? {
+                        self.schedule.park(id, task.priority, ends);
+                    }
+                    Queued::Parked
+                }
+            },
+        )
     }
 
     /// Claims a task the moment it fell due, in the slot reserved for it: `scheduled → pending

@@ -1,6 +1,6 @@
 //! The scheduling state: which tasks are queued, which run (and how to stop them), which are
-//! due later, which wait for an answer (and until when), and which have instructions their loop
-//! has not read. One type, its fields private: every change that must move two of these together
+//! due later, which wait for an answer (and until when), which have instructions their loop
+//! has not read, and which were created here and have not run yet (so have no history). One type, its fields private: every change that must move two of these together
 //! (a question registered with its timeout; a finished run's control dropped with its slot) is
 //! one method here, so no caller can leave them out of step.
 //!
@@ -21,6 +21,9 @@ use mai_core::task::{TaskId, TaskRecord};
 use crate::run::{RunControl, StopReason, lock};
 use crate::scheduler::{ReadyQueue, Timers};
 
+/// At most this many fresh tasks are remembered (see [`Schedule::mark_fresh`]).
+const FRESH_KEPT: usize = 4096;
+
 /// The engine's scheduling state (see the module comment).
 pub(crate) struct Schedule {
     queue: ReadyQueue,
@@ -32,6 +35,9 @@ pub(crate) struct Schedule {
     waiting: Mutex<WaitingIndex>,
     /// Tasks with injected instructions not yet read by their loop.
     injected: Mutex<HashSet<TaskId>>,
+    /// Agent tasks created here that have not run: their history is empty unless instructions
+    /// were injected (see [`Schedule::take_fresh`]).
+    fresh: Mutex<HashSet<TaskId>>,
     /// Tasks a claim found the cluster full for, waiting for a running task to end anywhere.
     parked: Mutex<Parked>,
 }
@@ -63,6 +69,7 @@ impl Schedule {
             questions: Arc::new(Timers::new(clock)),
             waiting: Mutex::new(WaitingIndex::default()),
             injected: Mutex::new(HashSet::new()),
+            fresh: Mutex::new(HashSet::new()),
             parked: Mutex::new(Parked::default()),
         }
     }
@@ -171,6 +178,7 @@ impl Schedule {
     /// if it was pushed while it ran).
     pub(crate) fn slot_freed(&self, id: TaskId) {
         lock(&self.running).remove(&id);
+        lock(&self.fresh).remove(&id);
         self.queue.finish(id);
     }
 
@@ -255,6 +263,24 @@ impl Schedule {
     /// Whether `id` had unread instructions (they are read now).
     pub(crate) fn take_injected(&self, id: TaskId) -> bool {
         lock(&self.injected).remove(&id)
+    }
+
+    // Fresh tasks.
+
+    /// Notes that agent task `id` was just created here, with no history. Forgetting one
+    /// costs only a read of its (empty) history, so the set is emptied rather than let grow
+    /// with tasks that never run.
+    pub(crate) fn mark_fresh(&self, id: TaskId) {
+        let mut fresh = lock(&self.fresh);
+        if fresh.len() >= FRESH_KEPT {
+            fresh.clear();
+        }
+        fresh.insert(id);
+    }
+
+    /// Whether `id` was created here and has not run since (forgotten now).
+    pub(crate) fn take_fresh(&self, id: TaskId) -> bool {
+        lock(&self.fresh).remove(&id)
     }
 }
 

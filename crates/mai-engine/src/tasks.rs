@@ -258,6 +258,10 @@ impl Engine {
             }
         };
         crate::admission::insert(self, &task, usage.as_slice()).await?;
+        // On a shared store an instruction may reach it from another instance unseen here.
+        if task.level == TaskLevel::Agent && !self.store.shared() {
+            self.schedule.mark_fresh(task.id);
+        }
         self.emit(TaskEvent::Created {
             task_id: task.id,
             title: task.title.clone(),

@@ -13,7 +13,7 @@ use common::*;
 use mai_core::ids::StreamId;
 use mai_core::model::{ChatRequest, ChatResponse, MessageRole, ModelError, ToolCall};
 use mai_core::role::Role;
-use mai_core::task::{TaskLevel, TaskStatus, Trigger};
+use mai_core::task::{TaskLevel, TaskRecord, TaskStatus, Trigger};
 use mai_core::tool::{
     ToolContext, ToolDefinition, ToolError, ToolHandler, ToolRegistry, Visibility,
 };
@@ -814,6 +814,97 @@ async fn injected_instructions_reach_the_model_before_its_next_call() {
     assert_eq!(
         record(&h.engine, task.id).await.metadata.answer.as_deref(),
         Some("saw the injection")
+    );
+}
+
+/// A task created here that has not run reads no history at its first start, unless an
+/// instruction was injected meanwhile: then its first model call carries it.
+#[tokio::test]
+async fn an_instruction_injected_before_a_task_first_runs_reaches_its_first_model_call() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    struct Pause(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
+    #[async_trait]
+    impl ToolHandler for Pause {
+        async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
+            self.0.notify_one();
+            self.1.notified().await;
+            Ok(json!({"success": true}))
+        }
+    }
+    let registry = Arc::new(ToolRegistry::new());
+    registry.register(
+        ToolDefinition::new(
+            "pause",
+            "Pause.",
+            json!({"type": "object"}),
+            Visibility::Discoverable,
+            Role::User,
+            Arc::new(Pause(gate.clone(), release.clone())),
+        )
+        .unwrap(),
+    );
+    let model = RuleModel::new(|req| {
+        let said = |text: &str| {
+            req.messages
+                .iter()
+                .any(|m| m.role == MessageRole::User && m.content.contains(text))
+        };
+        if said("hold the slot") && tool_results(req) == 0 {
+            return Ok(call("p", "pause", json!({})));
+        }
+        Ok(ChatResponse::text(if said("also check /tmp") {
+            "saw the injection"
+        } else {
+            "no injection"
+        }))
+    });
+    let mut config = test_config();
+    config.task.max_concurrent_tasks = 1;
+    let mut h = Harness::start_with(
+        config,
+        model,
+        registry,
+        Arc::new(mai_core::clock::SystemClock),
+    )
+    .await;
+    let alice = caller("user", Role::User, "s");
+    let holder = h
+        .engine
+        .create(&alice, CreateTask::agent("hold the slot"))
+        .await
+        .unwrap();
+    gate.notified().await;
+    let (steered, plain) = (
+        h.engine
+            .create(&alice, CreateTask::agent("scan"))
+            .await
+            .unwrap(),
+        h.engine
+            .create(&alice, CreateTask::agent("scan too"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        record(&h.engine, steered.id).await.status,
+        TaskStatus::Pending
+    );
+    h.engine
+        .inject(&alice, &steered.id.short(), "also check /tmp")
+        .await
+        .unwrap();
+    release.notify_one();
+    for id in [holder.id, steered.id, plain.id] {
+        h.wait_status(id, TaskStatus::Completed).await;
+    }
+    let answer = |task: TaskRecord| task.metadata.answer;
+    assert_eq!(
+        answer(record(&h.engine, steered.id).await).as_deref(),
+        Some("saw the injection")
+    );
+    assert_eq!(
+        answer(record(&h.engine, plain.id).await).as_deref(),
+        Some("no injection")
     );
 }
 
