@@ -25,7 +25,7 @@ async fn the_host_shares_the_task_database_file() {
         .await
         .unwrap();
     assert_eq!(host.schema_version().await.unwrap(), 2);
-    assert_eq!(store.schema_version().await.unwrap(), 7);
+    assert_eq!(store.schema_version().await.unwrap(), 8);
     host.close().await;
     store.close().await;
 
@@ -34,7 +34,7 @@ async fn the_host_shares_the_task_database_file() {
         .await
         .unwrap();
     let store = mai_store::SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 7);
+    assert_eq!(store.schema_version().await.unwrap(), 8);
     assert_eq!(
         host.recent_messages(&sid("qq:1"), 5).await.unwrap()[0].text,
         "hello"

@@ -24,7 +24,8 @@ macro_rules! select_tasks {
         concat!(
             "SELECT t.id, t.status, t.record, \
              (SELECT json_group_array(json_array(l.at, l.status, l.actor, l.reason) \
-              ORDER BY l.seq) FROM task_status_log l WHERE l.task_id = t.id) \
+              ORDER BY l.key) FROM task_status_log l \
+              WHERE l.key >= (t.num << 32) AND l.key < ((t.num + 1) << 32)) \
              FROM tasks t",
             $($rest),*
         )

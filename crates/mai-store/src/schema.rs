@@ -42,5 +42,10 @@ pub(crate) static TASKS: Migrations = Migrations {
             description: "history key",
             sql: include_str!("../migrations/0007_history_key.sql"),
         },
+        Migration {
+            version: 8,
+            description: "status log key",
+            sql: include_str!("../migrations/0008_status_log_key.sql"),
+        },
     ],
 };

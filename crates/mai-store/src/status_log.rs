@@ -87,7 +87,8 @@ fn first_difference(
     log: &[LogLine],
 ) -> rusqlite::Result<usize> {
     let mut select = connection.prepare_cached(
-        "SELECT at, status, actor, reason FROM task_status_log WHERE task_id = ? ORDER BY seq",
+        "SELECT l.at, l.status, l.actor, l.reason FROM tasks t JOIN task_status_log l \
+         ON l.key >= (t.num << 32) AND l.key < ((t.num + 1) << 32) WHERE t.id = ? ORDER BY l.key",
     )?;
     let stored = select
         .query_map([key], |row| {
@@ -111,7 +112,8 @@ pub(crate) fn first_difference_in(log: &[LogLine], stored: &[LogLine]) -> usize 
     differs.unwrap_or(log.len().min(stored.len()))
 }
 
-/// Inserts `lines` as log rows numbered from `first_seq`.
+/// Inserts `lines` as log rows numbered from `first_seq`, each keyed by its task's number and
+/// its own (`tasks.num << 32 | seq`, see migration 8), so a task's log is one key range.
 pub(crate) fn insert_log_lines(
     connection: &Connection,
     key: &str,
@@ -123,12 +125,12 @@ pub(crate) fn insert_log_lines(
         i64::try_from(first_seq).map_err(|_| corrupt(key, "the status log is too long"))?;
     let mut insert = connection
         .prepare_cached(
-            "INSERT INTO task_status_log (task_id, seq, at, status, actor, reason) \
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO task_status_log (key, task_id, seq, at, status, actor, reason) \
+             SELECT (t.num << 32) | ?2, ?1, ?2, ?3, ?4, ?5, ?6 FROM tasks t WHERE t.id = ?1",
         )
         .map_err(db(doing))?;
     for (seq, line) in (first_seq..).zip(lines) {
-        insert
+        let inserted = insert
             .execute(params![
                 key,
                 seq,
@@ -138,6 +140,12 @@ pub(crate) fn insert_log_lines(
                 line.reason
             ])
             .map_err(db(doing))?;
+        if inserted != 1 {
+            return Err(corrupt(
+                key,
+                "a status-log line for a task that is not stored",
+            ));
+        }
     }
     Ok(())
 }

@@ -17,13 +17,14 @@ use crate::error::{db, is_unique_violation};
 use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
 
 /// What a save needs after its update: the stored status-log tail as JSON `[seq, at, status,
-/// actor, reason]` (NULL when empty), the task's number (its history's key range, see
-/// `agent_history`) and the last history key. A separate statement, not a `RETURNING` clause:
+/// actor, reason]` (NULL when empty), the task's number (its history's and status log's key
+/// range, see `agent_history`) and the last history key. A separate statement, not a `RETURNING` clause:
 /// SQLite buffers returned rows in a temporary b-tree it opens and frees on every update, which
 /// cost more than this second lookup.
 const SELECT_TAILS: &str = "SELECT \
      (SELECT json_array(l.seq, l.at, l.status, l.actor, l.reason) \
-      FROM task_status_log l WHERE l.task_id = ?1 ORDER BY l.seq DESC LIMIT 1), \
+      FROM task_status_log l WHERE l.key >= (t.num << 32) \
+      AND l.key < ((t.num + 1) << 32) ORDER BY l.key DESC LIMIT 1), \
      t.num, \
      (SELECT h.key FROM task_history h WHERE h.key >= (t.num << 32) \
       AND h.key < ((t.num + 1) << 32) ORDER BY h.key DESC LIMIT 1) \

@@ -115,7 +115,7 @@ async fn reopening_the_file_finds_the_data_again() {
         .map(|entry| entry.payload["content"].clone())
         .collect();
     assert_eq!(stored, ["a", "b"]);
-    assert_eq!(reopened.schema_version().await.unwrap(), 7);
+    assert_eq!(reopened.schema_version().await.unwrap(), 8);
 }
 
 #[tokio::test]
@@ -140,10 +140,10 @@ async fn the_pool_runs_with_wal_normal_sync_foreign_keys_and_a_busy_timeout() {
 #[tokio::test]
 async fn the_schema_version_is_the_newest_migration() {
     let fs = file_store().await;
-    assert_eq!(SqliteStore::latest_schema_version(), 7);
-    assert_eq!(fs.store.schema_version().await.unwrap(), 7);
+    assert_eq!(SqliteStore::latest_schema_version(), 8);
+    assert_eq!(fs.store.schema_version().await.unwrap(), 8);
     let memory = SqliteStore::open_in_memory().await.unwrap();
-    assert_eq!(memory.schema_version().await.unwrap(), 7);
+    assert_eq!(memory.schema_version().await.unwrap(), 8);
 }
 
 #[tokio::test]
@@ -155,7 +155,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
     conn.execute_batch(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (8, 'from the future', 1, x'00', 0)",
+         VALUES (9, 'from the future', 1, x'00', 0)",
     )
     .unwrap();
     drop(conn);
@@ -163,9 +163,9 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
     let error = SqliteStore::open(fs.path()).await.unwrap_err();
     let message = error.to_string();
     assert!(
-        message.contains("schema version 8")
+        message.contains("schema version 9")
             && message.contains("newer")
-            && message.contains("(7)"),
+            && message.contains("(8)"),
         "{message}"
     );
     assert!(
@@ -267,6 +267,15 @@ async fn long_logs_and_histories_are_stored_whole() {
     );
 }
 
+/// The status log as schema versions 1–7 kept it: keyed by (task_id, seq).
+const OLD_STATUS_LOG: &str = "DROP TRIGGER task_status_log_goes_with_its_task;
+     CREATE TABLE old_log (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+         seq INTEGER NOT NULL, at TEXT NOT NULL, status TEXT NOT NULL, actor TEXT NOT NULL,
+         reason TEXT NOT NULL, PRIMARY KEY (task_id, seq)) STRICT, WITHOUT ROWID;
+     INSERT INTO old_log SELECT task_id, seq, at, status, actor, reason FROM task_status_log;
+     DROP TABLE task_status_log;
+     ALTER TABLE old_log RENAME TO task_status_log;";
+
 #[tokio::test]
 async fn an_upgraded_store_keys_each_task_history_by_its_task_and_deletes_it_with_the_task() {
     let fs = file_store().await;
@@ -282,8 +291,10 @@ async fn an_upgraded_store_keys_each_task_history_by_its_task_and_deletes_it_wit
             .unwrap();
     }
     fs.store.close().await;
-    // Back to schema version 6: the history keyed by (task_id, seq), no task numbers.
+    // Back to schema version 6: the history and status log keyed by (task_id, seq), no task
+    // numbers.
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    conn.execute_batch(OLD_STATUS_LOG).unwrap();
     conn.execute_batch(
         "DROP TRIGGER task_history_goes_with_its_task;
          CREATE TABLE old_history (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
@@ -300,7 +311,7 @@ async fn an_upgraded_store_keys_each_task_history_by_its_task_and_deletes_it_wit
     drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 7);
+    assert_eq!(store.schema_version().await.unwrap(), 8);
     store
         .append_history(a.id, &[common::message(2, "a2")])
         .await
@@ -345,4 +356,77 @@ async fn an_upgraded_store_keys_each_task_history_by_its_task_and_deletes_it_wit
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(left, ["b0", "b1", "c0"]);
+}
+
+#[tokio::test]
+async fn an_upgraded_store_keys_each_task_status_log_by_its_task_and_deletes_it_with_the_task() {
+    let fs = file_store().await;
+    let (mut a, mut b) = (task("a", 0), task("b", 1));
+    for record in [&a, &b] {
+        fs.store.insert(record).await.unwrap();
+    }
+    // Interleaved status changes, as two running tasks make them.
+    for (which, to, when) in [
+        ('a', TaskStatus::Running, 2),
+        ('b', TaskStatus::Running, 3),
+        ('a', TaskStatus::Paused, 4),
+        ('b', TaskStatus::Completed, 5),
+    ] {
+        let record = if which == 'a' { &mut a } else { &mut b };
+        let from = record.status;
+        record.transition(to, "qq:1", "step", at(when)).unwrap();
+        let saved = fs.store.save(record, Some(from)).await.unwrap();
+        assert_eq!(saved, SaveOutcome::Saved);
+    }
+    fs.store.close().await;
+    // Back to schema version 7: the status log keyed by (task_id, seq).
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    conn.execute_batch(OLD_STATUS_LOG).unwrap();
+    conn.execute_batch("DELETE FROM _sqlx_migrations WHERE version >= 8;")
+        .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(fs.path()).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 8);
+    assert_eq!(store.get(a.id).await.unwrap().as_ref(), Some(&a));
+    assert_eq!(store.get(b.id).await.unwrap().as_ref(), Some(&b));
+    // The log goes on where it was.
+    a.transition(TaskStatus::Pending, "qq:1", "resumed", at(6))
+        .unwrap();
+    let saved = store.save(&a, Some(TaskStatus::Paused)).await.unwrap();
+    assert_eq!(saved, SaveOutcome::Saved);
+    let stored = store.get(a.id).await.unwrap().unwrap();
+    let statuses: Vec<_> = stored.status_log.iter().map(|c| c.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            TaskStatus::Pending,
+            TaskStatus::Running,
+            TaskStatus::Paused,
+            TaskStatus::Pending
+        ]
+    );
+    store.close().await;
+
+    // Deleting a task deletes its log and nobody else's.
+    let conn = rusqlite::Connection::open(fs.path()).unwrap();
+    let key = a.id.0.simple().to_string();
+    conn.execute("DELETE FROM tasks WHERE id = ?", [&key])
+        .unwrap();
+    let left: Vec<(String, String)> = conn
+        .prepare("SELECT task_id, status FROM task_status_log ORDER BY key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let b_key = b.id.0.simple().to_string();
+    assert_eq!(
+        left,
+        [
+            (b_key.clone(), "pending".to_owned()),
+            (b_key.clone(), "running".to_owned()),
+            (b_key, "completed".to_owned())
+        ]
+    );
 }

@@ -176,10 +176,17 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
         fs.store.insert(&record).await.unwrap();
     }
     fs.store.close().await;
-    // Back to schema version 2: the columns, the usage table, the keyed history and the record
-    // of their migrations gone.
+    // Back to schema version 2: the columns, the usage table, the keyed history and status log
+    // and the record of their migrations gone.
     let conn = rusqlite::Connection::open(fs.path()).unwrap();
     for statement in [
+        "DROP TRIGGER task_status_log_goes_with_its_task",
+        "CREATE TABLE old_log (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE, \
+         seq INTEGER NOT NULL, at TEXT NOT NULL, status TEXT NOT NULL, actor TEXT NOT NULL, \
+         reason TEXT NOT NULL, PRIMARY KEY (task_id, seq)) STRICT, WITHOUT ROWID",
+        "INSERT INTO old_log SELECT task_id, seq, at, status, actor, reason FROM task_status_log",
+        "DROP TABLE task_status_log",
+        "ALTER TABLE old_log RENAME TO task_status_log",
         "DROP TRIGGER task_history_goes_with_its_task",
         "DROP TABLE task_history",
         "CREATE TABLE task_history (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE \
@@ -203,7 +210,7 @@ async fn an_upgraded_store_gives_its_old_tasks_their_owner_or_speaker_as_request
     drop(conn);
 
     let store = SqliteStore::open(fs.path()).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 7);
+    assert_eq!(store.schema_version().await.unwrap(), 8);
     let of = |who: &str| TaskFilter {
         requester: Some(person(who)),
         ..TaskFilter::default()
