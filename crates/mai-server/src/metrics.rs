@@ -342,14 +342,7 @@ impl Metrics {
     }
 
     async fn count_tasks(&self, engine: &Engine) -> Result<(), EngineError> {
-        let reader = metrics_reader()?;
-        let filter = TaskFilter {
-            statuses: ACTIVE_STATES.to_vec(),
-            ..TaskFilter::default()
-        };
-        let tasks = engine.list(&reader, filter).await?;
-        for state in ACTIVE_STATES {
-            let count = tasks.iter().filter(|t| t.status == state).count();
+        for (state, count) in active_counts(engine).await? {
             self.inner
                 .tasks
                 .get_or_create(&StateLabels {
@@ -486,6 +479,25 @@ impl Metrics {
 
 fn outcome(ok: bool) -> &'static str {
     if ok { "ok" } else { "error" }
+}
+
+/// How many tasks are in each active state, in [`ACTIVE_STATES`]' order: one grouped count in
+/// the store, not a read of every active task's record, so a scrape or a health sample stays
+/// cheap however many tasks are scheduled or waiting.
+pub(crate) async fn active_counts(engine: &Engine) -> Result<Vec<(TaskStatus, u64)>, EngineError> {
+    let counts = engine
+        .count_by_status(&metrics_reader()?, TaskFilter::default())
+        .await?;
+    Ok(ACTIVE_STATES
+        .into_iter()
+        .map(|state| {
+            let count = counts
+                .iter()
+                .find(|(status, _)| *status == state)
+                .map_or(0, |(_, n)| *n);
+            (state, count)
+        })
+        .collect())
 }
 
 /// Metrics read every task (as admin); the owner only names the reader.

@@ -19,11 +19,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use mai_core::store::TaskFilter;
-use mai_engine::{Caller, Engine, EngineError};
+use mai_engine::{Engine, EngineError};
 
 use crate::health::ModelTotals;
-use crate::metrics::{ACTIVE_STATES, Metrics};
+use crate::metrics::Metrics;
 
 /// How often a sample is taken.
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -80,19 +79,10 @@ impl Trend {
 
     /// A sample taken now (not kept).
     pub async fn now(&self, engine: &Engine, metrics: &Metrics) -> Result<Sample, EngineError> {
-        let reader = Caller::admin_reader("health-history")
-            .map_err(|e| EngineError::Internal(e.to_string()))?;
-        let filter = TaskFilter {
-            statuses: ACTIVE_STATES.to_vec(),
-            ..TaskFilter::default()
-        };
-        let tasks = engine.list(&reader, filter).await?;
-        let active = ACTIVE_STATES
-            .iter()
-            .map(|state| {
-                let count = tasks.iter().filter(|t| t.status == *state).count();
-                (state.as_str(), count as u64)
-            })
+        let active = crate::metrics::active_counts(engine)
+            .await?
+            .into_iter()
+            .map(|(state, count)| (state.as_str(), count))
             .collect();
         let (finished, model) = metrics.trend_figures().await;
         Ok(Sample {

@@ -650,6 +650,21 @@ async fn scheduled_tasks_are_cancelled_and_instructions_checked() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(scheduled["tasks"].as_array().unwrap().len(), 1);
+    // The metrics count it among the active tasks, by state.
+    let metrics = served
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "mai_tasks{state=\"scheduled\"} 1",
+        "mai_tasks{state=\"pending\"} 0",
+    ] {
+        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
+    }
     let (status, body) = json_of(
         served
             .post(&format!("/v1/tasks/{}/inject", id.short()))
