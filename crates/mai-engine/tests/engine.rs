@@ -20,6 +20,7 @@ use mai_core::tool::{
 use mai_engine::TaskEvent;
 use mai_engine::{Caller, CreateTask};
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 /// The number of tool results already in the conversation.
 fn tool_results(req: &ChatRequest) -> usize {
@@ -752,11 +753,10 @@ async fn instant_tasks_deliver_their_text_and_delays_use_the_clock() {
     assert_eq!(h.host.sent_to("s"), ["Time to drink water!"]);
 }
 
-#[tokio::test]
-async fn injected_instructions_reach_the_model_before_its_next_call() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    struct Pause(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
+/// A registry with one tool, `pause`, whose call notifies `gate`, then returns once `release`
+/// is notified.
+fn pausing_registry(gate: &Arc<Notify>, release: &Arc<Notify>) -> Arc<ToolRegistry> {
+    struct Pause(Arc<Notify>, Arc<Notify>);
     #[async_trait]
     impl ToolHandler for Pause {
         async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
@@ -777,6 +777,13 @@ async fn injected_instructions_reach_the_model_before_its_next_call() {
         )
         .unwrap(),
     );
+    registry
+}
+
+#[tokio::test]
+async fn injected_instructions_reach_the_model_before_its_next_call() {
+    let (gate, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let registry = pausing_registry(&gate, &release);
     let model = RuleModel::new(|req| {
         if tool_results(req) == 0 {
             return Ok(call("p", "pause", json!({})));
@@ -821,29 +828,8 @@ async fn injected_instructions_reach_the_model_before_its_next_call() {
 /// instruction was injected meanwhile: then its first model call carries it.
 #[tokio::test]
 async fn an_instruction_injected_before_a_task_first_runs_reaches_its_first_model_call() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    struct Pause(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
-    #[async_trait]
-    impl ToolHandler for Pause {
-        async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
-            self.0.notify_one();
-            self.1.notified().await;
-            Ok(json!({"success": true}))
-        }
-    }
-    let registry = Arc::new(ToolRegistry::new());
-    registry.register(
-        ToolDefinition::new(
-            "pause",
-            "Pause.",
-            json!({"type": "object"}),
-            Visibility::Discoverable,
-            Role::User,
-            Arc::new(Pause(gate.clone(), release.clone())),
-        )
-        .unwrap(),
-    );
+    let (gate, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let registry = pausing_registry(&gate, &release);
     let model = RuleModel::new(|req| {
         let said = |text: &str| {
             req.messages

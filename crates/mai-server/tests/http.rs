@@ -22,6 +22,22 @@ async fn start(model: ScriptedModel) -> (Service, Served) {
     (service, served)
 }
 
+/// The `/metrics` text, checked to hold every one of `lines`.
+async fn metrics_holding(served: &Served, lines: &[&str]) -> String {
+    let metrics = served
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in lines {
+        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
+    }
+    metrics
+}
+
 fn task_id(body: &Value) -> TaskId {
     serde_json::from_value(body["id"].clone()).unwrap()
 }
@@ -651,20 +667,14 @@ async fn scheduled_tasks_are_cancelled_and_instructions_checked() {
     assert_eq!(status, 200);
     assert_eq!(scheduled["tasks"].as_array().unwrap().len(), 1);
     // The metrics count it among the active tasks, by state.
-    let metrics = served
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        "mai_tasks{state=\"scheduled\"} 1",
-        "mai_tasks{state=\"pending\"} 0",
-    ] {
-        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
-    }
+    metrics_holding(
+        &served,
+        &[
+            "mai_tasks{state=\"scheduled\"} 1",
+            "mai_tasks{state=\"pending\"} 0",
+        ],
+    )
+    .await;
     let (status, body) = json_of(
         served
             .post(&format!("/v1/tasks/{}/inject", id.short()))
@@ -920,22 +930,16 @@ async fn planner_tools_run_with_the_host_context_and_keep_streams_apart() {
 
     // Every call the door ran is counted, by tool, outcome and door (the unknown name never
     // reached the tools).
-    let metrics = served
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        "mai_planner_tool_calls_total{tool=\"subagent_create\",outcome=\"ok\",door=\"http\"} 1",
-        "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"failed\",door=\"http\"} 1",
-        "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"ok\",door=\"http\"} 1",
-        "mai_planner_tool_calls_total{tool=\"subagent_create\",outcome=\"invalid_arguments\",door=\"http\"} 1",
-    ] {
-        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
-    }
+    let metrics = metrics_holding(
+        &served,
+        &[
+            "mai_planner_tool_calls_total{tool=\"subagent_create\",outcome=\"ok\",door=\"http\"} 1",
+            "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"failed\",door=\"http\"} 1",
+            "mai_planner_tool_calls_total{tool=\"subagent_list\",outcome=\"ok\",door=\"http\"} 1",
+            "mai_planner_tool_calls_total{tool=\"subagent_create\",outcome=\"invalid_arguments\",door=\"http\"} 1",
+        ],
+    )
+    .await;
     assert!(!metrics.contains("subagent_explode"), "{metrics}");
 }
 
@@ -1344,19 +1348,12 @@ async fn usage_is_summed_per_task_and_over_any_grouping_and_metrics_count_tokens
     assert_eq!(status, 400);
     assert!(error.to_string().contains("since"), "{error}");
 
-    let metrics = served
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains(
-            "mai_model_tokens_total{model=\"gpt-4o-mini\",purpose=\"agent\",kind=\"prompt\"} 130"
-        ),
-        "{metrics}"
-    );
-    assert!(metrics.contains("mai_model_calls_total{model=\"gpt-4o-mini\",purpose=\"agent\"} 2"));
+    metrics_holding(
+        &served,
+        &[
+            "mai_model_tokens_total{model=\"gpt-4o-mini\",purpose=\"agent\",kind=\"prompt\"} 130",
+            "mai_model_calls_total{model=\"gpt-4o-mini\",purpose=\"agent\"} 2",
+        ],
+    )
+    .await;
 }
