@@ -184,8 +184,18 @@ impl Engine {
                 Claim::Claimed(task) => Queued::Claimed(task),
                 Claim::Declined => Queued::Declined,
                 Claim::Full => {
-                    if let Some(task) = self.store.get(id).await? {
-                        self.schedule.park(id, task.priority, ends);
+                    // Parked whatever the read says: a task lost from here would wait for a
+                    // restart. Its priority orders it among the parked ones.
+                    let priority = match self.store.get(id).await {
+                        Ok(Some(task)) => Some(task.priority),
+                        Ok(None) => None,
+                        Err(error) => {
+                            tracing::warn!(task = %id, %error, "parked at priority 0: could not read it");
+                            Some(0)
+                        }
+                    };
+                    if let Some(priority) = priority {
+                        self.schedule.park(id, priority, ends);
                     }
                     Queued::Parked
                 }

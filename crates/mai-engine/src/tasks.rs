@@ -257,10 +257,15 @@ impl Engine {
                 title
             }
         };
-        crate::admission::insert(self, &task, usage.as_slice()).await?;
-        // On a shared store an instruction may reach it from another instance unseen here.
-        if task.level == TaskLevel::Agent && !self.store.shared() {
+        // Marked before the insert, so no run of it can start before the mark (on a shared store
+        // an instruction may reach it from another instance unseen here: never marked).
+        let fresh = task.level == TaskLevel::Agent && !self.store.shared();
+        if fresh {
             self.schedule.mark_fresh(task.id);
+        }
+        if let Err(error) = crate::admission::insert(self, &task, usage.as_slice()).await {
+            self.schedule.take_fresh(task.id);
+            return Err(error);
         }
         self.emit(TaskEvent::Created {
             task_id: task.id,
@@ -334,6 +339,21 @@ impl Engine {
                 Ok(tasks)
             }
         }
+    }
+
+    /// How many of the tasks the caller may see are in each of `statuses` (an admin's: one
+    /// grouped read over those statuses only, however many other tasks are kept).
+    pub async fn count_in_states(
+        &self,
+        caller: &Caller,
+        statuses: &[TaskStatus],
+    ) -> Result<Vec<(TaskStatus, u64)>, EngineError> {
+        if caller.role == Role::Admin {
+            return Ok(self.store.count_in_states(statuses).await?);
+        }
+        let mut counts = self.count_by_status(caller, TaskFilter::default()).await?;
+        counts.retain(|(status, _)| statuses.contains(status));
+        Ok(counts)
     }
 
     /// How many of the tasks the caller may see match `filter`, per status (its statuses and

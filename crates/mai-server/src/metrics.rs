@@ -23,7 +23,6 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{Notify, broadcast};
 
 use mai_core::model::{ChatModel, ChatRequest, ChatResponse, ModelError, StreamDelta};
-use mai_core::store::TaskFilter;
 use mai_core::task::TaskStatus;
 use mai_engine::Caller;
 use mai_engine::Engine;
@@ -481,12 +480,13 @@ fn outcome(ok: bool) -> &'static str {
     if ok { "ok" } else { "error" }
 }
 
-/// How many tasks are in each active state, in [`ACTIVE_STATES`]' order: one grouped count in
-/// the store, not a read of every active task's record, so a scrape or a health sample stays
-/// cheap however many tasks are scheduled or waiting.
+/// How many tasks are in each active state, in [`ACTIVE_STATES`]' order: one grouped count over
+/// the active states in the store, not a read of every active task's record (nor a count of
+/// every finished one), so a scrape or a health sample stays cheap however many tasks are
+/// scheduled, waiting or kept.
 pub(crate) async fn active_counts(engine: &Engine) -> Result<Vec<(TaskStatus, u64)>, EngineError> {
     let counts = engine
-        .count_by_status(&metrics_reader()?, TaskFilter::default())
+        .count_in_states(&metrics_reader()?, &ACTIVE_STATES)
         .await?;
     Ok(ACTIVE_STATES
         .into_iter()

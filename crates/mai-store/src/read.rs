@@ -239,12 +239,14 @@ pub(crate) fn list_tasks(
     tasks_of(connection, &sql, &values, "listing tasks")
 }
 
-/// The tasks matching `filter` per status (its statuses and limit aside), one grouped read.
+/// The tasks matching `filter` per status (its limit aside, its statuses too unless
+/// `statuses`), one grouped read.
 pub(crate) fn count_by_status(
     connection: &Connection,
     filter: &TaskFilter,
+    statuses: bool,
 ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
-    let (conditions, values) = filter_conditions(filter, false);
+    let (conditions, values) = filter_conditions(filter, statuses);
     let sql =
         format!("SELECT t.status, count(*) FROM tasks t WHERE 1 = 1{conditions} GROUP BY t.status");
     let mut statement = connection

@@ -311,7 +311,21 @@ impl TaskStore for SqliteStore {
     ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
         let filter = filter.clone();
         self.read("counting tasks per status", move |c| {
-            read::count_by_status(c, &filter)
+            read::count_by_status(c, &filter, false)
+        })
+        .await
+    }
+
+    async fn count_in_states(
+        &self,
+        statuses: &[TaskStatus],
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        let filter = TaskFilter {
+            statuses: statuses.to_vec(),
+            ..TaskFilter::default()
+        };
+        self.read("counting tasks per status", move |c| {
+            read::count_by_status(c, &filter, true)
         })
         .await
     }

@@ -223,6 +223,13 @@ impl TaskStore for Store {
         self.inner().count_by_status(filter).await
     }
 
+    async fn count_in_states(
+        &self,
+        statuses: &[TaskStatus],
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        self.inner().count_in_states(statuses).await
+    }
+
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {
         self.inner().counts(query).await
     }

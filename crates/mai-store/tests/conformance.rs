@@ -498,6 +498,16 @@ async fn the_store_narrows_lists_by_parent_creation_time_and_search_and_counts_p
         counted(b.other.count_by_status(&one_finished).await.unwrap()),
         [pair("completed", 2), pair("pending", 1), pair("running", 1)]
     );
+    // Counted in some states only: the others, and states with no task, left out.
+    assert_eq!(
+        counted(
+            b.other
+                .count_in_states(&[Running, Pending, TaskStatus::Paused])
+                .await
+                .unwrap()
+        ),
+        [pair("pending", 1), pair("running", 1)]
+    );
     // The tasks the parent made: its sub-task and its reply task.
     let made = TaskFilter {
         parent: Some(parent.id),

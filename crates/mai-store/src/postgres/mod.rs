@@ -458,7 +458,19 @@ impl TaskStore for PgStore {
         filter: &TaskFilter,
     ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
         let mut connection = self.connection("counting tasks per status").await?;
-        read::count_by_status(&mut connection, filter).await
+        read::count_by_status(&mut connection, filter, false).await
+    }
+
+    async fn count_in_states(
+        &self,
+        statuses: &[TaskStatus],
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        let filter = TaskFilter {
+            statuses: statuses.to_vec(),
+            ..TaskFilter::default()
+        };
+        let mut connection = self.connection("counting tasks per status").await?;
+        read::count_by_status(&mut connection, &filter, true).await
     }
 
     async fn counts(&self, query: &CountQuery<'_>) -> Result<TaskCounts, StoreError> {

@@ -209,9 +209,10 @@ pub(crate) async fn list_tasks(
 pub(crate) async fn count_by_status(
     connection: &mut PgConnection,
     filter: &TaskFilter,
+    statuses: bool,
 ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
     let mut query = QueryBuilder::new("SELECT t.status, count(*) FROM tasks t WHERE TRUE");
-    push_filter(&mut query, filter, false);
+    push_filter(&mut query, filter, statuses);
     query.push(" GROUP BY t.status");
     let rows: Vec<(String, i64)> = query
         .build_query_as()
