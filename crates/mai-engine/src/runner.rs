@@ -47,15 +47,20 @@ fn claim_due(config: &Config, task: &mut TaskRecord, now: DateTime<Utc>, actor: 
     {
         return false;
     }
+    task.metadata.budget_resets_at = None;
+    now_running(config, task);
+    true
+}
+
+/// What every claim does to the record it moved into `running`: no question or pause cause
+/// left, and an instant task's parts fixed when no polish is needed (in the claim, not in a
+/// write of their own).
+fn now_running(config: &Config, task: &mut TaskRecord) {
     task.metadata.waiting = None;
     task.metadata.pause_cause = None;
-    task.metadata.budget_resets_at = None;
     if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
-        // Without polish the parts are known now: fixed in the claim, not in a write of their
-        // own.
         fix_parts_unpolished(config, task);
     }
-    true
 }
 
 /// The claim of a queued task, applied to the record as stored: `from → running`, by whoever
@@ -88,13 +93,7 @@ fn claim_queued(
     {
         return false;
     }
-    task.metadata.waiting = None;
-    task.metadata.pause_cause = None;
-    if task.level == TaskLevel::Instant && task.metadata.delivery.is_none() {
-        // Without polish the parts are known now: fixed in the claim, not in a write of their
-        // own.
-        fix_parts_unpolished(config, task);
-    }
+    now_running(config, task);
     true
 }
 
