@@ -105,6 +105,14 @@ pub struct TaskFilter {
 }
 
 impl TaskFilter {
+    /// Every task in one of `statuses`.
+    pub fn in_states(statuses: &[TaskStatus]) -> Self {
+        TaskFilter {
+            statuses: statuses.to_vec(),
+            ..TaskFilter::default()
+        }
+    }
+
     /// The id prefix [`TaskFilter::search`] can stand for: its hex digits, lowercase, dashes
     /// dropped (the stored id key's form); `None` when it has anything else or is too long.
     pub fn search_id_prefix(&self) -> Option<String> {

@@ -320,10 +320,7 @@ impl TaskStore for SqliteStore {
         &self,
         statuses: &[TaskStatus],
     ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
-        let filter = TaskFilter {
-            statuses: statuses.to_vec(),
-            ..TaskFilter::default()
-        };
+        let filter = TaskFilter::in_states(statuses);
         self.read("counting tasks per status", move |c| {
             read::count_by_status(c, &filter, true)
         })

@@ -465,10 +465,7 @@ impl TaskStore for PgStore {
         &self,
         statuses: &[TaskStatus],
     ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
-        let filter = TaskFilter {
-            statuses: statuses.to_vec(),
-            ..TaskFilter::default()
-        };
+        let filter = TaskFilter::in_states(statuses);
         let mut connection = self.connection("counting tasks per status").await?;
         read::count_by_status(&mut connection, &filter, true).await
     }
