@@ -337,6 +337,62 @@ impl TaskStore for TimedStore {
             .time("store.update", self.inner.update(id, change))
             .await
     }
+    async fn claim(
+        &self,
+        id: TaskId,
+        change: mai_core::store::Change,
+        cap: Option<u32>,
+    ) -> Result<mai_core::store::Claim, StoreError> {
+        self.timings
+            .time("store.claim", self.inner.claim(id, change, cap))
+            .await
+    }
+    async fn count_in_states(
+        &self,
+        statuses: &[TaskStatus],
+    ) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        self.timings
+            .time(
+                "store.count_in_states",
+                self.inner.count_in_states(statuses),
+            )
+            .await
+    }
+    async fn record_usage(
+        &self,
+        records: &[mai_core::usage::UsageRecord],
+    ) -> Result<(), StoreError> {
+        self.timings
+            .time("store.record_usage", self.inner.record_usage(records))
+            .await
+    }
+    // Not timed: the shared-store seam, forwarded so a wrapped store behaves as itself.
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+    async fn renew_leases(
+        &self,
+    ) -> Result<Vec<(TaskId, Option<mai_core::lease::StopRequest>)>, StoreError> {
+        self.inner.renew_leases().await
+    }
+    async fn expired_leases(
+        &self,
+    ) -> Result<Vec<(TaskId, Option<mai_core::lease::StopRequest>)>, StoreError> {
+        self.inner.expired_leases().await
+    }
+    async fn release_leases(&self, instance: &str) -> Result<u64, StoreError> {
+        self.inner.release_leases(instance).await
+    }
+    async fn request_stop(
+        &self,
+        id: TaskId,
+        request: &mai_core::lease::StopRequest,
+    ) -> Result<bool, StoreError> {
+        self.inner.request_stop(id, request).await
+    }
+    async fn notices(&self) -> Result<Option<mai_core::store::Notices>, StoreError> {
+        self.inner.notices().await
+    }
     async fn resolve(&self, reference: &str) -> Result<Resolved, StoreError> {
         self.timings
             .time("store.resolve", self.inner.resolve(reference))
