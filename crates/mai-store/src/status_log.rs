@@ -65,7 +65,7 @@ impl StoredTail {
 /// so the stored log stays append-only and ends with the status just written.
 pub(crate) fn append_new_log_lines(
     connection: &Connection,
-    key: &str,
+    task: TaskKey<'_>,
     stored: StoredTail,
     log: &[LogLine],
     doing: &'static str,
@@ -73,25 +73,21 @@ pub(crate) fn append_new_log_lines(
     let first_new = if stored.extended_by(log) {
         stored.len
     } else {
-        first_difference(connection, key, log).map_err(db(doing))?
+        first_difference(connection, task.num, log).map_err(db(doing))?
     };
     let new_lines = log.get(first_new..).unwrap_or_default();
-    insert_log_lines(connection, key, stored.len, new_lines, doing)
+    insert_log_lines(connection, task, stored.len, new_lines, doing)
 }
 
 /// The index of the first line of `log` that differs from the stored log (or that the stored
 /// log does not have).
-fn first_difference(
-    connection: &Connection,
-    key: &str,
-    log: &[LogLine],
-) -> rusqlite::Result<usize> {
+fn first_difference(connection: &Connection, num: i64, log: &[LogLine]) -> rusqlite::Result<usize> {
     let mut select = connection.prepare_cached(
-        "SELECT l.at, l.status, l.actor, l.reason FROM tasks t JOIN task_status_log l \
-         ON l.key >= (t.num << 32) AND l.key < ((t.num + 1) << 32) WHERE t.id = ? ORDER BY l.key",
+        "SELECT at, status, actor, reason FROM task_status_log \
+         WHERE key >= (?1 << 32) AND key < ((?1 + 1) << 32) ORDER BY key",
     )?;
     let stored = select
-        .query_map([key], |row| {
+        .query_map([num], |row| {
             Ok(LogLine {
                 at: row.get(0)?,
                 status: row.get(1)?,
@@ -112,27 +108,36 @@ pub(crate) fn first_difference_in(log: &[LogLine], stored: &[LogLine]) -> usize 
     differs.unwrap_or(log.len().min(stored.len()))
 }
 
+/// Which task a log belongs to: its id (the key its rows name) and its number (`tasks.num`,
+/// which keys the rows, see migration 8).
+#[derive(Clone, Copy)]
+pub(crate) struct TaskKey<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) num: i64,
+}
+
 /// Inserts `lines` as log rows numbered from `first_seq`, each keyed by its task's number and
-/// its own (`tasks.num << 32 | seq`, see migration 8), so a task's log is one key range.
+/// its own (`num << 32 | seq`), so a task's log is one key range.
 pub(crate) fn insert_log_lines(
     connection: &Connection,
-    key: &str,
+    task: TaskKey<'_>,
     first_seq: usize,
     lines: &[LogLine],
     doing: &'static str,
 ) -> Result<(), StoreError> {
     let first_seq =
-        i64::try_from(first_seq).map_err(|_| corrupt(key, "the status log is too long"))?;
+        i64::try_from(first_seq).map_err(|_| corrupt(task.id, "the status log is too long"))?;
     let mut insert = connection
         .prepare_cached(
             "INSERT INTO task_status_log (key, task_id, seq, at, status, actor, reason) \
-             SELECT (t.num << 32) | ?2, ?1, ?2, ?3, ?4, ?5, ?6 FROM tasks t WHERE t.id = ?1",
+             VALUES ((?1 << 32) | ?3, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .map_err(db(doing))?;
     for (seq, line) in (first_seq..).zip(lines) {
-        let inserted = insert
+        insert
             .execute(params![
-                key,
+                task.num,
+                task.id,
                 seq,
                 line.at,
                 line.status,
@@ -140,12 +145,6 @@ pub(crate) fn insert_log_lines(
                 line.reason
             ])
             .map_err(db(doing))?;
-        if inserted != 1 {
-            return Err(corrupt(
-                key,
-                "a status-log line for a task that is not stored",
-            ));
-        }
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::agent_history::{HistoryAt, HistoryRow, encode_history, insert_history};
 use crate::codec::{LogLine, TaskRow, parse_status};
 use crate::error::{db, is_unique_violation};
-use crate::status_log::{StoredTail, append_new_log_lines, insert_log_lines};
+use crate::status_log::{StoredTail, TaskKey, append_new_log_lines, insert_log_lines};
 
 /// What a save needs after its update: the stored status-log tail as JSON `[seq, at, status,
 /// actor, reason]` (NULL when empty), the task's number (its history's and status log's key
@@ -206,12 +206,16 @@ pub(crate) fn insert_new(
 /// Inserts `new` and its log; `false` if a task with its id exists (nothing written).
 fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<bool, StoreError> {
     let row = &new.row;
+    // The next task number, bound into the insert and keying the task's log lines.
+    let num: i64 = connection
+        .prepare_cached("SELECT COALESCE(MAX(num), 0) + 1 FROM tasks")
+        .and_then(|mut next| next.query_row([], |r| r.get(0)))
+        .map_err(db(doing))?;
     let inserted = connection
         .prepare_cached(
             "INSERT INTO tasks (title, owner, stream_id, status, level, created_at, updated_at, \
              record, requester, created_by, parent_id, num, id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, \
-             (SELECT COALESCE(MAX(num), 0) + 1 FROM tasks), ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .and_then(|mut insert| {
             insert.execute(params![
@@ -226,6 +230,7 @@ fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<
                 row.requester,
                 row.created_by,
                 row.parent_id,
+                num,
                 row.id,
             ])
         });
@@ -233,7 +238,8 @@ fn insert(connection: &Connection, new: &NewRow, doing: &'static str) -> Result<
         Err(error) if is_unique_violation(&error) => return Ok(false),
         other => other.map_err(db(doing))?,
     };
-    insert_log_lines(connection, &row.id, 0, &new.log, doing)?;
+    let task = TaskKey { id: &row.id, num };
+    insert_log_lines(connection, task, 0, &new.log, doing)?;
     Ok(true)
 }
 
@@ -299,7 +305,8 @@ fn save_in(
         .map_err(db(doing))?;
     let history_at = HistoryAt::after(num, last_key);
     let tail = StoredTail::decode(&row.id, log_tail.as_deref())?;
-    append_new_log_lines(connection, &row.id, tail, &save.log, doing)?;
+    let task = TaskKey { id: &row.id, num };
+    append_new_log_lines(connection, task, tail, &save.log, doing)?;
     insert_history(connection, &row.id, history_at, &save.history, doing)?;
     Ok(None)
 }
