@@ -178,28 +178,29 @@ impl Engine {
         let ends = self.schedule.cluster_ends();
         let claim: mai_core::store::Change =
             Box::new(move |task| claim_queued(&config, task, from, started, &actor));
-        Ok(
-            match self.store.claim(id, claim, self.cluster_cap()).await? {
-                Claim::Claimed(task) => Queued::Claimed(task),
-                Claim::Declined => Queued::Declined,
-                Claim::Full => {
-                    // Parked whatever the read says: a task lost from here would wait for a
-                    // restart. Its priority orders it among the parked ones.
-                    let priority = match self.store.get(id).await {
-                        Ok(Some(task)) => Some(task.priority),
-                        Ok(None) => None,
-                        Err(error) => {
-                            tracing::warn!(task = %id, %error, "parked at priority 0: could not read it");
-                            Some(0)
-                        }
-                    };
-                    if let Some(priority) = priority {
-                        self.schedule.park(id, priority, ends);
-                    }
-                    Queued::Parked
-                }
-            },
-        )
+        let queued = match self.store.claim(id, claim, self.cluster_cap()).await? {
+            Claim::Claimed(task) => Queued::Claimed(task),
+            Claim::Declined => Queued::Declined,
+            Claim::Full => {
+                self.park_refused(id, ends).await;
+                Queued::Parked
+            }
+        };
+        Ok(queued)
+    }
+
+    /// Parks a task whose claim found the cluster full, at its stored priority; at 0 when it
+    /// cannot be read (a task lost from here would wait for a restart); not when it is gone.
+    async fn park_refused(&self, id: TaskId, ends: u64) {
+        let priority = match self.store.get(id).await {
+            Ok(Some(task)) => task.priority,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(task = %id, %error, "parked at priority 0: could not read it");
+                0
+            }
+        };
+        self.schedule.park(id, priority, ends);
     }
 
     /// Claims a task the moment it fell due, in the slot reserved for it: `scheduled → pending

@@ -1,8 +1,9 @@
 //! The scheduling state: which tasks are queued, which run (and how to stop them), which are
 //! due later, which wait for an answer (and until when), which have instructions their loop
-//! has not read, and which were created here and have not run yet (so have no history). One type, its fields private: every change that must move two of these together
-//! (a question registered with its timeout; a finished run's control dropped with its slot) is
-//! one method here, so no caller can leave them out of step.
+//! has not read, and which were created here and have not run yet (so have no history). One
+//! type, its fields private: every change that must move two of these together (a question
+//! registered with its timeout; a finished run's control dropped with its slot) is one method
+//! here, so no caller can leave them out of step.
 //!
 //! Must not: touch the store, the model or the host. Owners of those decide *what* happens;
 //! this type only remembers *who is where*.

@@ -257,13 +257,23 @@ impl Engine {
                 title
             }
         };
+        self.admit_and_schedule(&task, usage.as_slice()).await?;
+        Ok(task)
+    }
+
+    /// Inserts a new task within `[limits]` (with the usage of the calls that made it), then
+    /// arms or queues it.
+    async fn admit_and_schedule(
+        &self,
+        task: &TaskRecord,
+        usage: &[UsageRecord],
+    ) -> Result<(), EngineError> {
         // Marked before the insert, so no run of it can start before the mark (on a shared store
         // an instruction may reach it from another instance unseen here: never marked).
-        let fresh = task.level == TaskLevel::Agent && !self.store.shared();
-        if fresh {
+        if task.level == TaskLevel::Agent && !self.store.shared() {
             self.schedule.mark_fresh(task.id);
         }
-        if let Err(error) = crate::admission::insert(self, &task, usage.as_slice()).await {
+        if let Err(error) = crate::admission::insert(self, task, usage).await {
             self.schedule.take_fresh(task.id);
             return Err(error);
         }
@@ -272,11 +282,11 @@ impl Engine {
             title: task.title.clone(),
             parent_task_id: task.metadata.parent_task_id,
         });
-        match scheduled_at {
+        match task.scheduled_at {
             Some(at) => self.schedule.arm_due(task.id, at),
-            None => self.enqueue(&task),
+            None => self.enqueue(task),
         }
-        Ok(task)
+        Ok(())
     }
 
     /// A short title from the model, or the intent's first 40 characters. The call's usage is

@@ -11,10 +11,10 @@
 //! SQLite starts the log over only in a write transaction that begins while the whole log is
 //! in the database file; under steady writes that never happens (the writer commits more while
 //! the thread copies), and the log grows for as long as writes keep coming (44 MB in one run
-//! of benchmark (b) at 4 KiB pages; without bound under a steady load). So once the thread has copied a log
-//! of [`RESTART_FRAMES`] or more, the writer, after its next commit, copies the few frames
-//! committed since (a pause of a few milliseconds: that copy syncs both files), and its next
-//! transaction starts the log over.
+//! of benchmark (b) at 4 KiB pages; without bound under a steady load). So once the thread has
+//! copied a log of [`RESTART_FRAMES`] or more, the writer, after its next commit, copies the
+//! few frames committed since (a pause of a few milliseconds: that copy syncs both files), and
+//! its next transaction starts the log over.
 //!
 //! This module must not write any row: it only moves committed pages.
 

@@ -1,7 +1,7 @@
 //! Retention: deleting finished tasks (completed, failed, cancelled) that ended before a
 //! cutoff, with their status log and agent history (triggers delete them with their task; on
-//! PostgreSQL the foreign keys cascade). `serve` runs it
-//! in the background from `[storage] keep_finished_days` (docs/backup.md, "Retention").
+//! PostgreSQL the foreign keys cascade). `serve` runs it in the background from
+//! `[storage] keep_finished_days` (docs/backup.md, "Retention").
 //!
 //! A finished task is kept while a subtask it made is still unfinished (that subtask may still
 //! read its parent). Deletes run in small batches, each its own write, so live writes queued

@@ -18,9 +18,9 @@ use crate::status_log::{StoredTail, TaskKey, append_new_log_lines, insert_log_li
 
 /// What a save needs after its update: the stored status-log tail as JSON `[seq, at, status,
 /// actor, reason]` (NULL when empty), the task's number (its history's and status log's key
-/// range, see `agent_history`) and the last history key. A separate statement, not a `RETURNING` clause:
-/// SQLite buffers returned rows in a temporary b-tree it opens and frees on every update, which
-/// cost more than this second lookup.
+/// range, see `agent_history`) and the last history key. A separate statement, not a
+/// `RETURNING` clause: SQLite buffers returned rows in a temporary b-tree it opens and frees on
+/// every update, which cost more than this second lookup.
 const SELECT_TAILS: &str = "SELECT \
      (SELECT json_array(l.seq, l.at, l.status, l.actor, l.reason) \
       FROM task_status_log l WHERE l.key >= (t.num << 32) \
